@@ -1,0 +1,37 @@
+"""Compute time of the kernels one GPU runs: GEMMs, fused attention, memory-bound elementwise.
+
+GEMM time is a roofline with a fixed cost (reference §7.2 rules 1 and 3):
+max(2MNK / (eta * peak), bytes / (eta_hbm * BW)) + t_fixed, so that efficiency falls for the
+small per-GPU matrices that high TP or small micro-batches produce (1024^3 GEMMs reach 14-38% of
+peak, >= 8192^3 58-82%, reference §7.2 table).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..specs.problem import Problem
+from ..units import TFLOPS, US
+
+
+def gemm_time(problem: Problem, M, N, K, count=1.0) -> np.ndarray:
+    """Seconds for `count` GEMMs of (M x K) @ (K x N) in bf16 launched as one kernel (grouped)."""
+    prof, gpu = problem.profile, problem.cluster.gpu
+    M, N, K = (np.asarray(x, dtype=np.float64) for x in (M, N, K))
+    flops = 2.0 * M * N * K * count
+    bytes_moved = 2.0 * (M * K + K * N + M * N) * count
+    t_math = flops / (prof.gemm_efficiency * gpu.bf16_tflops * TFLOPS)
+    t_mem = bytes_moved / (prof.hbm_efficiency * gpu.hbm_tb_per_s * 1e12)
+    return np.where(flops > 0, np.maximum(t_math, t_mem) + prof.gemm_overhead_us * US, 0.0)
+
+
+def attention_time(problem: Problem, flops) -> np.ndarray:
+    """Seconds for fused (flash) attention of `flops` at the profile's attention efficiency."""
+    prof, gpu = problem.profile, problem.cluster.gpu
+    return np.asarray(flops) / (prof.attention_efficiency * gpu.bf16_tflops * TFLOPS)
+
+
+def memory_bound_time(problem: Problem, nbytes) -> np.ndarray:
+    """Seconds to stream `nbytes` through HBM at the profile's achievable bandwidth."""
+    prof, gpu = problem.profile, problem.cluster.gpu
+    return np.asarray(nbytes) / (prof.hbm_efficiency * gpu.hbm_tb_per_s * 1e12)

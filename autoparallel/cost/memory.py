@@ -1,0 +1,144 @@
+"""Memory ledger: bytes per GPU on the most-loaded pipeline stage, as named items.
+
+Model states follow the seed and ZeRO (Rajbhandari et al., arXiv 1910.02054, Sec. 5):
+16 bytes/parameter (bf16 param 2 + grad 2 + fp32 master/m/v 12), 18 with fp32 grads (Megatron,
+reference §1.2); ZeRO-1 shards the 12, ZeRO-2 also the grads, ZeRO-3 also the params, over the
+data-parallel group DP x CP (Megatron's distributed optimizer shards over DP x CP, reference §1.2
+caveat i); expert parameters shard over the expert-data-parallel group DP x CP / EP.
+Activations follow Korthikanti et al. (arXiv 2205.05198) generalised in reference §3.4.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..layouts import LayoutTable
+from ..specs.problem import Problem
+from ..units import GiB
+from .arch import Arch
+from .stages import Stage, stages
+
+MEMORY_ITEMS = ("params", "grads", "optimizer", "activations", "embedding_logits", "overhead")
+
+
+def stage_params(arch: Arch, t: LayoutTable, st: Stage) -> tuple[np.ndarray, np.ndarray]:
+    """(dense, expert) parameters held by one GPU of the stage after TP, PP and EP sharding."""
+    tp = t["tp"].astype(np.float64)
+    kv_div = np.minimum(tp, arch.n_kv_heads)  # KV heads replicate once tp > n_kv (reference §3.4)
+    layers = st.n_dense + st.n_moe
+    sharded = st.n_dense * (arch.p_attn_q + arch.p_mlp) + st.n_moe * (arch.p_attn_q + arch.p_shared)
+    dense = (
+        sharded / tp
+        + layers * arch.p_attn_kv / kv_div
+        + layers * (arch.p_attn_rep + arch.p_norm)
+        + st.n_moe * arch.p_router
+        + st.embed * arch.p_embed / tp
+        # untied output layer on the last stage; tied weights need a copy there when pp > 1
+        + st.output * np.where((t["pp"] > 1) & (arch.p_output == 0), arch.p_embed, arch.p_output) / tp
+        + st.output * arch.p_final_norm
+    )
+    # routed experts: EP splits the experts, expert-TP (= tp, Megatron's default) splits each one
+    expert = st.n_moe * arch.p_routed / (t["ep"] * tp)
+    return dense, expert
+
+
+def layer_activation_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bool,
+                           recompute: np.ndarray | None = None) -> np.ndarray:
+    """Activation bytes one GPU stores for one layer and one micro-batch.
+
+    No recompute: sbh[8 + 2 delta + 4q/h + 4kv/h + c_f f/h] (reference §3.4; = 34 sbh for a GPT
+    layer); without SP the LN/QKV/FC1 inputs and masks stay whole on every TP rank, i.e.
+    sbh(10 + 24/t) for GPT (Korthikanti Table 2); with SP all of it divides by t. Eager attention
+    adds the scores 5as^2b (dropout) or 2as^2b. Selective recompute (core attention) drops the
+    scores. Full recompute keeps the layer input, 2sbh (/t with SP). CP divides the sequence.
+    """
+    s, b = problem.training.seq_len, t["mb"].astype(np.float64)
+    tp, cp = t["tp"].astype(np.float64), t["cp"].astype(np.float64)
+    sp = t["sp"] == 1
+    rc = t["rc"] if recompute is None else recompute
+    tokens = b * s / cp
+    rep_div = np.where(sp, tp, 1.0)
+    kv_div = np.minimum(tp, arch.n_kv_heads)
+    rep = arch.act_attn_rep + (arch.act_moe_rep if moe else arch.act_mlp_rep)
+    shard = arch.act_attn_qo + (arch.act_moe_shard if moe else arch.act_mlp_shard)
+    stored = tokens * (rep / rep_div + shard / tp + arch.act_attn_kv / kv_div)
+    if problem.training.attention == "eager":
+        score_coef = 5.0 if arch.dropout else 2.0  # softmax out 2 + mask 1 + dropout out 2 (ref §3.1)
+        scores = score_coef * b * (arch.n_heads / tp) * (s / cp) * s
+        stored = stored + np.where(rc == 0, scores, 0.0)
+    full = 2.0 * tokens * arch.hidden / rep_div
+    return np.where(rc == 2, full, stored)
+
+
+def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dict[str, np.ndarray]:
+    """Ledger items (bytes) for one GPU of one stage."""
+    tr = problem.training
+    tp, cp, dp = (t[k].astype(np.float64) for k in ("tp", "cp", "dp"))
+    zero = t["zero"]
+    d = dp * cp
+    d_e = d / t["ep"]
+    dense, expert = stage_params(arch, t, st)
+
+    def sharded(n_bytes: float, stage_from: int) -> np.ndarray:
+        on = zero >= stage_from
+        return n_bytes * (dense / np.where(on, d, 1.0) + expert / np.where(on, d_e, 1.0))
+
+    params = sharded(2.0, 3)
+    grads = sharded(float(tr.grad_bytes), 2)
+    optimizer = sharded(12.0, 1)
+
+    a_dense = layer_activation_bytes(problem, arch, t, moe=False)
+    a_moe = layer_activation_bytes(problem, arch, t, moe=True)
+    activations = st.inflight * (st.n_dense * a_dense + st.n_moe * a_moe)
+
+    s, b = tr.seq_len, t["mb"].astype(np.float64)
+    tokens = b * s / cp
+    rep_div = np.where(t["sp"] == 1, tp, 1.0)
+    # First stage: int64 token ids + embedding dropout mask per in-flight micro-batch (ref §1.3).
+    embed = st.inflight_mb * (8.0 * tokens + arch.dropout * tokens * arch.hidden / rep_div)
+    # Last stage: final-norm output and output-layer input 2sbh + 2sbh, fp32 logits 4sbV / t
+    # (vocab-parallel cross-entropy), reference §1.3 / §3.1.
+    logits = st.output * tokens * (4.0 * arch.hidden / rep_div + 4.0 * arch.vocab / tp)
+
+    layers = np.maximum(st.n_dense + st.n_moe, 1)
+    # ZeRO-3 gathers one layer's parameters and prefetches the next (reference §1.6): 2 x 2 bytes.
+    gathered = np.where(zero == 3, 4.0 * (dense + expert) / layers, 0.0)
+    # Full recompute re-materialises one layer's activations during its backward (reference §3.4).
+    a_none = np.maximum(
+        layer_activation_bytes(problem, arch, t, moe=False, recompute=np.zeros_like(t["rc"])),
+        layer_activation_bytes(problem, arch, t, moe=True, recompute=np.zeros_like(t["rc"]))
+        if arch.n_moe_layers else 0.0,
+    )
+    working = np.where(t["rc"] == 2, a_none, 0.0)
+    # CP ring attention: two KV chunks in flight (reference §3.5).
+    kv_div = np.minimum(tp, arch.n_kv_heads)
+    kv_buffers = np.where(cp > 1, 2.0 * tokens * arch.act_attn_kv / kv_div, 0.0)
+    overhead = problem.profile.memory_overhead_gib * GiB + gathered + working + kv_buffers
+
+    return {
+        "params": params,
+        "grads": grads,
+        "optimizer": optimizer,
+        "activations": activations,
+        "embedding_logits": embed + logits,
+        "overhead": overhead,
+    }
+
+
+def memory_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.ndarray]:
+    """Memory items of the most-loaded stage per row, plus `total`, `capacity`, `usable`, `fits`
+    and `stage` (0 first, 1 middle, 2 last)."""
+    sts = stages(arch, t, problem.training.global_batch)
+    per_stage = [stage_memory(problem, arch, t, sts[name]) for name in ("first", "middle", "last")]
+    totals = np.stack([sum(items.values()) for items in per_stage])
+    worst = np.argmax(totals, axis=0)
+    out = {
+        key: np.choose(worst, [items[key] for items in per_stage]) for key in MEMORY_ITEMS
+    }
+    out["model_states"] = out["params"] + out["grads"] + out["optimizer"]
+    out["total"] = np.max(totals, axis=0)
+    capacity = problem.cluster.gpu.hbm_gib * GiB
+    out["capacity"] = np.full(len(t), capacity)
+    out["usable"] = np.full(len(t), capacity * problem.training.usable_fraction)
+    out["stage"] = worst
+    return out

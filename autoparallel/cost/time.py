@@ -1,0 +1,191 @@
+"""Time ledger: seconds per training step, as named items, for every row of a `LayoutTable`.
+
+Per micro-batch and pipeline stage, one GPU runs each layer's GEMMs, fused attention and
+elementwise kernels forward (F) and backward (B = 2F for GEMMs and elementwise, 2.5F for flash
+attention, whose backward recomputes the scores; reference §2.4), plus recompute and the exposed
+TP / CP / EP communication. The slowest stage paces the pipeline: the bubble is (p-1)/v of its
+micro-batch time (Narayanan et al. 2021; reference §4). Data-parallel communication overlaps the
+backward of the last micro-batch (ZeRO 0-1), of every micro-batch (ZeRO-2) or each micro-batch's
+forward and backward layer by layer (ZeRO-3), minus a last bucket (reference §5.5-5.6).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..layouts import LayoutTable
+from ..placement import layout_groups
+from ..specs.problem import Problem
+from ..units import MS
+from .arch import Arch
+from .comm import Collective, collective_time
+from .compute import attention_time, gemm_time, memory_bound_time
+from .memory import layer_activation_bytes, stage_params
+from .stages import micro_batches, stages
+
+TIME_ITEMS = (
+    "compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble",
+    "optimizer",
+)
+ATTN_BWD = 2.5  # flash-attention backward FLOPs / forward FLOPs (reference §2.4)
+ADAM_BYTES = 26.0  # per parameter: fp32 master r+w 8, m r+w 8, v r+w 8, bf16 param write 2; + grad read
+DDP_BUCKET_PARAMS = 4e7  # Megatron DDP bucket, max(4e7, 1e6 * dp * cp) parameters (reference §0)
+
+
+def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
+    """(gemm, attention, elementwise) forward seconds of one layer, one micro-batch, one GPU."""
+    s = problem.training.seq_len
+    b = t["mb"].astype(np.float64)
+    tp, cp, ep = (t[k].astype(np.float64) for k in ("tp", "cp", "ep"))
+    h = arch.hidden
+    T = b * s / cp  # tokens through each GEMM (SP all-gathers the TP shards first)
+    kv_div = np.minimum(tp, arch.n_kv_heads)
+    in_proj = (arch.p_attn_q - arch.p_attn_out) / tp + arch.p_attn_kv / kv_div + arch.p_attn_rep
+    gemm = gemm_time(problem, T, in_proj / h, h)  # QKV (or MLA) projections
+    gemm = gemm + gemm_time(problem, T, h, arch.p_attn_out / h / tp)  # output projection
+    if moe:
+        E, k = arch.n_experts, arch.top_k
+        per_expert = T * k * ep / E  # balanced routing: tokens each local expert receives
+        local = E / ep
+        gemm = gemm + gemm_time(problem, T, E, h)  # router
+        gemm = gemm + gemm_time(problem, per_expert, arch.mlp_up * arch.expert_ffn / tp, h, local)
+        gemm = gemm + gemm_time(problem, per_expert, h, arch.expert_ffn / tp, local)
+        if arch.n_shared:
+            f_s = arch.n_shared * arch.expert_ffn
+            gemm = gemm + gemm_time(problem, T, arch.mlp_up * f_s / tp, h)
+            gemm = gemm + gemm_time(problem, T, h, f_s / tp)
+    else:
+        f = arch.p_mlp / (h * (arch.mlp_up + 1))  # = ffn, or its n_params-scaled equivalent
+        gemm = gemm + gemm_time(problem, T, arch.mlp_up * f / tp, h)
+        gemm = gemm + gemm_time(problem, T, h, f / tp)
+    # causal core attention: b * s^2 * n_h (d_qk + d_v) forward FLOPs (reference §2.1), split by
+    # TP (heads) and CP (load-balanced sequence chunks)
+    attn = attention_time(problem, b * s * s * arch.attn_score_width / (tp * cp))
+    # elementwise kernels write and re-read what the layer stores (reference §3.4 accounting)
+    stored = layer_activation_bytes(problem, arch, t, moe, recompute=np.zeros_like(t["rc"]))
+    elem = memory_bound_time(problem, 2.0 * problem.profile.elementwise_factor * stored)
+    return gemm, attn, elem
+
+
+def _tp_comm_layer(problem: Problem, t: LayoutTable, grp, arch: Arch) -> np.ndarray:
+    """Forward TP communication of one layer: 2 all-reduces (no SP) or 2 all-gathers plus 2
+    reduce-scatters (SP) of the s*b*h bf16 activation (reference §5.5; seed table)."""
+    T = t["mb"] * problem.training.seq_len / t["cp"]
+    S = 2.0 * T * arch.hidden
+    ar = collective_time(problem, Collective.ALL_REDUCE, S, grp)
+    ag_rs = collective_time(problem, Collective.ALL_GATHER, S, grp) + collective_time(
+        problem, Collective.REDUCE_SCATTER, S, grp)
+    return 2.0 * np.where(t["sp"] == 1, ag_rs, ar)
+
+
+def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[str, dict]:
+    """Per-micro-batch seconds of each stage: fwd, bwd, recompute, tp, cp, ep."""
+    prof = problem.profile
+    rc = t["rc"]
+    tp, cp = t["tp"].astype(np.float64), t["cp"].astype(np.float64)
+    T = t["mb"] * problem.training.seq_len / cp
+    kv_div = np.minimum(tp, arch.n_kv_heads)
+    dense = _layer_forward(problem, arch, t, moe=False)
+    moe = _layer_forward(problem, arch, t, moe=True) if arch.n_moe_layers else dense
+
+    tp_fwd = _tp_comm_layer(problem, t, groups["tp"], arch)
+    tp_layer = tp_fwd * (2.0 + (rc == 2)) * (1.0 - prof.tp_overlap)
+
+    def cp_layer(attn_f):
+        step = collective_time(problem, Collective.P2P, T * arch.act_attn_kv / kv_div, groups["cp"])
+        # ring attention hides each KV hop behind one block of attention (reference §5.6)
+        f = (cp - 1) * np.maximum(0.0, step - attn_f / cp)
+        b = (cp - 1) * np.maximum(0.0, 2.0 * step - ATTN_BWD * attn_f / cp)
+        return np.where(cp > 1, f * (1.0 + (rc == 2)) + b, 0.0)
+
+    a2a = collective_time(
+        problem, Collective.ALL_TO_ALL, 2.0 * arch.top_k * T / tp * arch.hidden, groups["ep"])
+    ep_layer = a2a * (4.0 + 2.0 * (rc == 2)) * (1.0 - prof.ep_overlap)
+
+    # output layer + vocab-parallel cross-entropy on the last stage
+    V = arch.vocab
+    logits_f = gemm_time(problem, T, V / tp, arch.hidden) + memory_bound_time(problem, 12.0 * T * V / tp)
+
+    out = {}
+    for name, st in stages(arch, t, problem.training.global_batch).items():
+        parts = {}
+        for kind, (gemm, attn, elem), n in (("dense", dense, st.n_dense), ("moe", moe, st.n_moe)):
+            fwd = gemm + attn + elem
+            parts[kind] = dict(
+                fwd=n * fwd,
+                bwd=n * (2.0 * gemm + ATTN_BWD * attn + 2.0 * elem),
+                rec=n * np.where(rc == 2, fwd, np.where(rc == 1, attn, 0.0)),
+                cp=n * cp_layer(attn),
+            )
+        layers = st.n_dense + st.n_moe
+        out[name] = dict(
+            fwd=parts["dense"]["fwd"] + parts["moe"]["fwd"] + st.output * logits_f,
+            bwd=parts["dense"]["bwd"] + parts["moe"]["bwd"] + st.output * 2.0 * logits_f,
+            rec=parts["dense"]["rec"] + parts["moe"]["rec"],
+            tp=layers * tp_layer,
+            cp=parts["dense"]["cp"] + parts["moe"]["cp"],
+            ep=st.n_moe * ep_layer,
+            stage=st,
+        )
+    return out
+
+
+def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bwd, m):
+    """Exposed data-parallel communication seconds per step for one stage (reference §5.5-5.6)."""
+    gb = float(problem.training.grad_bytes)
+    ov = problem.profile.dp_overlap
+    zero = t["zero"]
+    total = np.zeros(len(t))
+    for psi, grp in ((dense, groups["dpcp"]), (expert, groups["edp"])):
+        ar = collective_time(problem, Collective.ALL_REDUCE, gb * psi, grp)
+        rs = collective_time(problem, Collective.REDUCE_SCATTER, gb * psi, grp)
+        ag = collective_time(problem, Collective.ALL_GATHER, 2.0 * psi, grp)
+        bucket = np.minimum(psi, np.maximum(DDP_BUCKET_PARAMS, 1e6 * grp.size))
+        tail = collective_time(problem, Collective.REDUCE_SCATTER, gb * bucket, grp)
+        z0 = np.maximum(0.0, ar - ov * bwd) + np.where(ar > 0, tail, 0.0)
+        z1 = np.maximum(0.0, rs - ov * bwd) + np.maximum(0.0, ag - ov * fwd) + np.where(rs > 0, tail, 0.0)
+        z2 = m * np.maximum(0.0, rs - ov * bwd) + np.maximum(0.0, ag - ov * fwd) + np.where(rs > 0, tail, 0.0)
+        z3 = m * (np.maximum(0.0, ag - ov * fwd) + np.maximum(0.0, ag + rs - ov * bwd))
+        total = total + np.choose(zero, [z0, z1, z2, z3])
+    return total
+
+
+def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.ndarray]:
+    """Time items (seconds per step) of the pacing stage, plus `step`, `stage` and `m`."""
+    groups = layout_groups(t, problem.cluster.nvlink_domain)
+    m = micro_batches(problem.training.global_batch, t).astype(np.float64)
+    pp, vp = t["pp"].astype(np.float64), t["vp"].astype(np.float64)
+    tp, sp = t["tp"].astype(np.float64), t["sp"] == 1
+    per_stage = stage_times(problem, arch, t, groups)
+    tau = {k: v["fwd"] + v["bwd"] + v["rec"] + v["tp"] + v["cp"] + v["ep"] for k, v in per_stage.items()}
+    tau_max = np.max(np.stack(list(tau.values())), axis=0)
+
+    zero = t["zero"]
+    d = (t["dp"] * t["cp"]).astype(np.float64)
+    d_e = d / t["ep"]
+    gb = float(problem.training.grad_bytes)
+    items_by_stage = []
+    for name, v in per_stage.items():
+        dense, expert = stage_params(arch, t, v["stage"])
+        dp = _dp_exposed(problem, t, groups, dense, expert, v["fwd"], v["bwd"], m)
+        shard = dense / np.where(zero >= 1, d, 1.0) + expert / np.where(zero >= 1, d_e, 1.0)
+        opt = memory_bound_time(problem, shard * (ADAM_BYTES + gb))
+        items_by_stage.append(dict(
+            compute=m * (v["fwd"] + v["bwd"]), recompute=m * v["rec"], tp_comm=m * v["tp"],
+            cp_comm=m * v["cp"], ep_comm=m * v["ep"], dp_comm=dp,
+            optimizer=opt + problem.profile.step_overhead_ms * MS,
+        ))
+    busy = np.stack([sum(it.values()) for it in items_by_stage])
+    pace = np.argmax(busy, axis=0)
+    out = {k: np.choose(pace, [it[k] for it in items_by_stage]) for k in items_by_stage[0]}
+
+    S_pp = 2.0 * t["mb"] * problem.training.seq_len / t["cp"] * arch.hidden / np.where(sp, tp, 1.0)
+    p2p = collective_time(problem, Collective.P2P, S_pp, groups["pp"])
+    # fill and drain cross every chunk boundary once each way; steady-state sends overlap
+    out["pp_comm"] = np.where(pp > 1, 2.0 * (pp * vp - 1.0) * p2p, 0.0)
+    out["bubble"] = (pp - 1.0) / vp * tau_max  # (p-1)/(v m) of m micro-batches (reference §4)
+    ordered = {k: out[k] for k in TIME_ITEMS}
+    ordered["step"] = sum(ordered.values())
+    ordered["stage"] = pace
+    ordered["m"] = m
+    return ordered

@@ -1,0 +1,204 @@
+"""Score a `LayoutTable` against a `Problem`: rules, memory ledger, time ledger, MFU.
+
+`evaluate` is the one code path; `estimate` runs it on a one-row table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .cost.arch import Arch, build_arch
+from .cost.memory import MEMORY_ITEMS, memory_ledger
+from .cost.time import TIME_ITEMS, time_ledger
+from .errors import SpecError
+from .layouts import LayoutTable
+from .rules import Reject, check_rules, explain
+from .specs.layout import RECOMPUTE_NAMES, Layout
+from .specs.problem import Problem
+from .units import GiB, TFLOPS
+
+MEMORY_KEYS = (
+    "params", "grads", "optimizer", "model_states", "activations", "embedding_logits",
+    "overhead", "total", "capacity", "usable",
+)
+"""Keys of `memory_gib` in the estimate JSON, in order."""
+TIME_KEYS = TIME_ITEMS + ("step",)
+"""Keys of `time_s` in the estimate JSON, in order."""
+LAYOUT_KEYS = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch",
+               "grad_accum")
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Costs of every row of a layout table (arrays in bytes and seconds)."""
+
+    problem: Problem
+    arch: Arch
+    table: LayoutTable
+    reject: np.ndarray
+    memory: dict[str, np.ndarray]
+    time: dict[str, np.ndarray]
+    mfu: np.ndarray
+    tokens_per_s_per_gpu: np.ndarray
+    model_flops_per_step: float
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    @property
+    def fits(self) -> np.ndarray:
+        """Rows whose most-loaded stage fits in usable memory."""
+        return self.memory["total"] <= self.memory["usable"]
+
+    @property
+    def valid(self) -> np.ndarray:
+        """Rows that pass every rule except memory."""
+        return (self.reject & ~int(Reject.OOM)) == 0
+
+    def take(self, index) -> Evaluation:
+        """The rows at `index`."""
+        return Evaluation(
+            problem=self.problem, arch=self.arch, table=self.table.take(index),
+            reject=self.reject[index], memory={k: v[index] for k, v in self.memory.items()},
+            time={k: v[index] for k, v in self.time.items()}, mfu=self.mfu[index],
+            tokens_per_s_per_gpu=self.tokens_per_s_per_gpu[index],
+            model_flops_per_step=self.model_flops_per_step,
+        )
+
+    def record(self, i: int) -> dict:
+        """Row i in the estimate JSON schema (GiB = 2^30 bytes, seconds)."""
+        t = self.table
+        m = int(self.time["m"][i])
+        layout = {k: int(t[k][i]) for k in ("dp", "tp", "pp", "vp", "cp", "ep", "zero")}
+        layout |= {
+            "recompute": RECOMPUTE_NAMES[int(t["rc"][i])].value,
+            "sp": bool(t["sp"][i]),
+            "micro_batch": int(t["mb"][i]),
+            "grad_accum": m,
+        }
+        return {
+            "model": self.problem.model.name,
+            "gpu": self.problem.cluster.gpu.name,
+            "n_gpus": self.problem.cluster.n_gpus,
+            "layout": layout,
+            "memory_gib": {k: float(self.memory[k][i] / GiB) for k in MEMORY_KEYS},
+            "fits": bool(self.fits[i]),
+            "time_s": {k: float(self.time[k][i]) for k in TIME_KEYS},
+            "mfu": float(self.mfu[i]),
+            "tokens_per_s_per_gpu": float(self.tokens_per_s_per_gpu[i]),
+            "model_flops_per_step": float(self.model_flops_per_step),
+        }
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Flat columns: layout, `mem_<item>_gib`, `time_<item>_s`, `fits`, `mfu`, throughput."""
+        t = self.table
+        cols: dict[str, np.ndarray | list] = {
+            k: t[k] for k in ("dp", "tp", "pp", "vp", "cp", "ep", "zero")
+        }
+        cols["recompute"] = np.array([RECOMPUTE_NAMES[int(c)].value for c in t["rc"]], dtype=object)
+        cols["sp"] = t["sp"].astype(bool)
+        cols["micro_batch"] = t["mb"]
+        cols["grad_accum"] = self.time["m"].astype(np.int64)
+        for k in MEMORY_KEYS:
+            cols[f"mem_{k}_gib"] = self.memory[k] / GiB
+        for k in TIME_KEYS:
+            cols[f"time_{k}_s"] = self.time[k]
+        cols["fits"] = self.fits
+        cols["mfu"] = self.mfu
+        cols["tokens_per_s_per_gpu"] = self.tokens_per_s_per_gpu
+        return cols
+
+
+def evaluate(problem: Problem, table: LayoutTable, rules=None, arch: Arch | None = None) -> Evaluation:
+    """Rules, memory and time for every row of `table` (rows that break rules are still costed;
+    their `reject` flags say why they cannot run)."""
+    arch = arch or build_arch(problem.model)
+    flags = check_rules(problem, arch, table, rules)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        memory = memory_ledger(problem, arch, table)
+        time = time_ledger(problem, arch, table)
+    flags = flags | np.where(memory["total"] > memory["usable"], int(Reject.OOM), 0)
+    n = problem.cluster.n_gpus
+    flops = float(problem.training.global_batch * arch.model_flops_per_sequence(problem.training.seq_len))
+    step = time["step"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mfu = flops / (step * problem.cluster.gpu.bf16_tflops * TFLOPS * n)
+        tps = problem.training.tokens_per_step / step / n
+    return Evaluation(problem, arch, table, flags, memory, time, mfu, tps, flops)
+
+
+def estimate(problem: Problem, layout: Layout, rules=None) -> dict:
+    """Memory and time of one layout, as the estimate JSON dict.
+
+    Example:
+        >>> from autoparallel import make_problem, Layout, estimate
+        >>> p = make_problem("llama3-8b", "h100", 8, seq_len=4096, global_batch=64)
+        >>> r = estimate(p, Layout(zero=2, micro_batch=2))
+        >>> round(r["memory_gib"]["activations"], 1) > 0
+        True
+
+    Raises:
+        SpecError: the layout breaks a rule other than memory (degrees do not multiply to the
+            GPU count, tp does not divide the heads, ...); not fitting in memory is not an error,
+            it is `fits: false`.
+    """
+    resolved = layout.resolved(problem.cluster.n_gpus)
+    ev = evaluate(problem, LayoutTable.from_layouts([resolved], problem.cluster.n_gpus), rules)
+    broken = int(ev.reject[0]) & ~int(Reject.OOM)
+    if broken:
+        raise SpecError(_layout_error(problem, resolved, broken))
+    return ev.record(0)
+
+
+def _layout_error(problem: Problem, lay: Layout, flags: int) -> str:
+    """One readable message per violated rule, with the values involved."""
+    m, c, tr = problem.model, problem.cluster, problem.training
+    lines = []
+    if flags & Reject.WORLD:
+        lines.append(
+            f"`dp x tp x pp x cp` = {lay.dp} x {lay.tp} x {lay.pp} x {lay.cp} = "
+            f"{lay.dp * lay.tp * lay.pp * lay.cp} but the cluster has {c.n_gpus} GPUs; "
+            "leave --dp out to derive it, or change the other degrees"
+        )
+    if flags & Reject.HEADS:
+        lines.append(
+            f"`tp` = {lay.tp} must divide `n_heads` ({m.n_heads}) and divide or be a multiple of "
+            f"`n_kv_heads` ({m.kv_heads}): each TP rank needs whole heads"
+        )
+    if flags & Reject.LAYERS:
+        lines.append(
+            f"`pp x vp` = {lay.pp * lay.vp} must divide `n_layers` ({m.n_layers}): each pipeline "
+            "chunk holds a whole number of layers"
+        )
+    if flags & Reject.SEQ:
+        lines.append(
+            f"`seq_len` ({tr.seq_len}) must be divisible by 2 x cp = {2 * lay.cp} when cp > 1 and, "
+            f"with SP, its CP share by tp = {lay.tp}"
+        )
+    if flags & Reject.BATCH:
+        lines.append(
+            f"`global_batch` ({tr.global_batch}) must be divisible by dp x micro_batch = "
+            f"{lay.dp} x {lay.micro_batch} = {lay.dp * lay.micro_batch}"
+        )
+    if flags & Reject.INTERLEAVE:
+        mb = tr.global_batch // max(lay.dp * lay.micro_batch, 1)
+        lines.append(
+            f"interleaving (`vp` = {lay.vp}) needs pp > 1 and micro-batches per step ({mb}) "
+            f"to be a multiple of pp ({lay.pp})"
+        )
+    if flags & Reject.EXPERTS:
+        n_exp = m.moe.n_experts if m.moe else 0
+        lines.append(
+            f"`ep` = {lay.ep} must be 1 for a dense model, or divide the experts ({n_exp}) and "
+            f"dp x cp ({lay.dp * lay.cp})"
+        )
+    if flags & Reject.TP_NODE:
+        lines.append(
+            f"`tp` = {lay.tp} does not fit inside one NVLink domain of {c.nvlink_domain} GPUs; "
+            "use tp <= gpus per node (a divisor of it) or allow TP across nodes"
+        )
+    for extra in explain(flags & int(Reject.EP_NODE)):
+        lines.append(extra)
+    return "layout: " + "; ".join(lines)

@@ -1,0 +1,120 @@
+"""Packaged presets (models, GPUs) and loaders that accept a preset name or a file path.
+
+A model may be a preset name, a TOML/JSON file with `ModelSpec` keys, or a Hugging Face
+`config.json` (recognised by `num_hidden_layers`). A GPU may be a preset name or a TOML/JSON file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ..errors import SpecError, format_validation_error
+from ..specs.hardware import GPUSpec, Profile
+from ..specs.model import ModelSpec
+from .hf import hf_config_to_model_dict, is_hf_config
+
+__all__ = ["list_models", "list_gpus", "load_model", "load_gpu", "load_profile", "read_table"]
+
+
+def _names(kind: str) -> list[str]:
+    folder = resources.files(__package__) / kind
+    return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def list_models() -> list[str]:
+    """Names of the packaged model presets."""
+    return _names("models")
+
+
+def list_gpus() -> list[str]:
+    """Names of the packaged GPU presets."""
+    return _names("gpus")
+
+
+def read_table(path: Path) -> dict:
+    """Read a TOML or JSON file into a dict, with readable errors."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            data = tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise SpecError(f"{path}: not valid {path.suffix.lstrip('.').upper() or 'TOML'}: {exc}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected a table of keys at the top level, got {type(data).__name__}")
+    return data
+
+
+def _unknown(kind: str, ref: str, names: list[str]) -> SpecError:
+    close = difflib.get_close_matches(ref.lower(), names, n=3, cutoff=0.5)
+    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    return SpecError(
+        f"`{kind}` = {ref!r}: no such preset and no such file.{hint} "
+        f"Presets: {', '.join(names)}; or give a path to a .toml/.json file."
+    )
+
+
+def _resolve(kind: str, ref: str, names: list[str]) -> tuple[dict, str]:
+    """Return (raw dict, source label) for a preset name or a file path."""
+    if ref in names:
+        folder = "models" if kind == "model" else "gpus"
+        text = (resources.files(__package__) / folder / f"{ref}.toml").read_text(encoding="utf-8")
+        return tomllib.loads(text), f"preset {ref}"
+    path = Path(ref)
+    if path.suffix.lower() in {".toml", ".json"} or path.exists():
+        if not path.exists():
+            raise SpecError(f"`{kind}` = {ref!r}: file not found")
+        return read_table(path), str(path)
+    raise _unknown(kind, ref, names)
+
+
+def load_model(ref: str | ModelSpec) -> ModelSpec:
+    """A `ModelSpec` from a preset name, a TOML/JSON file or a Hugging Face config.json."""
+    if isinstance(ref, ModelSpec):
+        return ref
+    data, source = _resolve("model", str(ref), list_models())
+    if is_hf_config(data):
+        data = hf_config_to_model_dict(data, default_name=Path(str(ref)).stem, source=source)
+    data.setdefault("name", Path(str(ref)).stem)
+    try:
+        return ModelSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, f"model ({source})")) from None
+
+
+def load_gpu(ref: str | GPUSpec) -> GPUSpec:
+    """A `GPUSpec` from a preset name or a TOML/JSON file."""
+    if isinstance(ref, GPUSpec):
+        return ref
+    data, source = _resolve("gpu", str(ref).lower() if str(ref).lower() in list_gpus() else str(ref), list_gpus())
+    try:
+        return GPUSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, f"gpu ({source})")) from None
+
+
+def load_profile(path: str | Path, base: Profile | None = None) -> Profile:
+    """A `Profile` from a TOML/JSON file; keys not in the file keep `base` (or default) values.
+
+    A calibrated profile file may hold its knobs at the top level or under `[profile]`.
+    """
+    data = read_table(Path(path))
+    knobs = data.get("profile", data)
+    if not isinstance(knobs, dict):
+        raise SpecError(f"{path}: `profile` must be a table of knobs")
+    knobs = {k: v for k, v in knobs.items() if k not in {"gpu", "meta"}}
+    merged = {**(base.model_dump() if base else {}), **knobs}
+    try:
+        return Profile.model_validate(merged)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, f"profile ({path})")) from None

@@ -1,0 +1,142 @@
+"""Feasibility rules as data. Each rule is a small vectorised function that marks the rows it
+rejects; `check_rules` ORs their flags into one integer per row, so a rejected layout keeps every
+reason. Rules can be switched off by name (e.g. `tp_in_node` via `--allow-tp-across-nodes`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import IntFlag
+
+import numpy as np
+
+from .cost.arch import Arch
+from .layouts import LayoutTable
+from .specs.problem import Problem
+
+
+class Reject(IntFlag):
+    """Reasons a layout cannot run (bit flags; several may be set)."""
+
+    WORLD = 1
+    HEADS = 2
+    LAYERS = 4
+    SEQ = 8
+    BATCH = 16
+    INTERLEAVE = 32
+    EXPERTS = 64
+    TP_NODE = 128
+    EP_NODE = 256
+    OOM = 512
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One feasibility rule."""
+
+    name: str
+    flag: Reject
+    why: str
+    violated: Callable[[Problem, Arch, LayoutTable], np.ndarray]
+    default_on: bool = True
+
+
+def _world(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
+    return t["dp"] * t["tp"] * t["pp"] * t["cp"] != p.cluster.n_gpus
+
+
+def _heads(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
+    tp = t["tp"]
+    kv_ok = (a.n_kv_heads % tp == 0) | (tp % a.n_kv_heads == 0)
+    return (a.n_heads % tp != 0) | ~kv_ok
+
+
+def _layers(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
+    return a.n_layers % (t["pp"] * t["vp"]) != 0
+
+
+def _seq(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
+    s = p.training.seq_len
+    cp_bad = (t["cp"] > 1) & (s % (2 * t["cp"]) != 0)
+    sp_bad = (t["sp"] == 1) & ((s // t["cp"]) % t["tp"] != 0)
+    return cp_bad | sp_bad
+
+
+def _batch(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
+    return p.training.global_batch % (t["dp"] * t["mb"]) != 0
+
+
+def _interleave(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
+    m = p.training.global_batch // np.maximum(t["dp"] * t["mb"], 1)
+    return (t["vp"] > 1) & ((t["pp"] == 1) | (m % t["pp"] != 0))
+
+
+def _experts(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
+    ep = t["ep"]
+    if not a.n_experts:
+        return ep > 1
+    return (a.n_experts % ep != 0) | ((t["dp"] * t["cp"]) % ep != 0)
+
+
+def _tp_in_node(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
+    g = p.cluster.nvlink_domain
+    return (t["tp"] > g) | (g % t["tp"] != 0)
+
+
+def _ep_in_node(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
+    g = p.cluster.nvlink_domain
+    span = t["tp"] * t["ep"]
+    return (span > g) | (g % span != 0)
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("world", Reject.WORLD, "dp x tp x pp x cp must equal the GPU count", _world),
+    Rule("heads", Reject.HEADS,
+         "tp must divide the query heads, and divide or be a multiple of the KV heads", _heads),
+    Rule("layers", Reject.LAYERS, "layers must divide evenly into pp x vp model chunks", _layers),
+    Rule("seq", Reject.SEQ,
+         "sequence must divide by 2 x cp (load-balanced ring) and its CP share by tp with SP", _seq),
+    Rule("batch", Reject.BATCH, "global batch must divide by dp x micro_batch", _batch),
+    Rule("interleave", Reject.INTERLEAVE,
+         "interleaving (vp > 1) needs pp > 1 and micro-batches per step a multiple of pp",
+         _interleave),
+    Rule("experts", Reject.EXPERTS,
+         "ep must divide the experts and dp x cp (ep = 1 for dense models)", _experts),
+    Rule("tp_in_node", Reject.TP_NODE,
+         "a TP group must sit inside one NVLink domain (--allow-tp-across-nodes lifts this)",
+         _tp_in_node),
+    Rule("ep_in_node", Reject.EP_NODE, "tp x ep must sit inside one NVLink domain (optional)",
+         _ep_in_node, default_on=False),
+)
+RULE_BY_NAME = {r.name: r for r in RULES}
+
+
+def active_rules(disabled: Iterable[str] = (), enabled: Iterable[str] = ()) -> tuple[Rule, ...]:
+    """Default rules minus `disabled`, plus optional rules named in `enabled`."""
+    disabled, enabled = set(disabled), set(enabled)
+    unknown = (disabled | enabled) - set(RULE_BY_NAME)
+    if unknown:
+        raise ValueError(f"unknown rule(s) {sorted(unknown)}; known: {sorted(RULE_BY_NAME)}")
+    return tuple(
+        r for r in RULES if (r.default_on or r.name in enabled) and r.name not in disabled
+    )
+
+
+def check_rules(problem: Problem, arch: Arch, t: LayoutTable, rules=None) -> np.ndarray:
+    """Reject flags per row (0 = passes every rule). OOM is added later by the memory ledger."""
+    flags = np.zeros(len(t), dtype=np.int64)
+    for rule in active_rules() if rules is None else rules:
+        flags |= np.where(rule.violated(problem, arch, t), int(rule.flag), 0)
+    return flags
+
+
+def reasons(flags: int) -> list[str]:
+    """Names of the rules a flag value violates."""
+    names = {r.flag: r.name for r in RULES} | {Reject.OOM: "oom"}
+    return [names[f] for f in Reject if flags & f]
+
+
+def explain(flags: int) -> list[str]:
+    """Readable reasons for a flag value."""
+    whys = {r.flag: r.why for r in RULES} | {Reject.OOM: "does not fit in usable GPU memory"}
+    return [f"{name}: {whys[f]}" for f in Reject if flags & f for name in [reasons(int(f))[0]]]

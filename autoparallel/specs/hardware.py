@@ -1,0 +1,140 @@
+"""Hardware specifications: one GPU kind (`GPUSpec`), the efficiency knobs (`Profile`) and the
+cluster (`ClusterSpec`). Numbers in presets carry their source in a `[sources]` table."""
+
+from __future__ import annotations
+
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+
+from ._base import Spec
+
+
+class Profile(Spec):
+    """Efficiency knobs of the time model. Defaults follow cost-model-reference §6-§8; each GPU
+    preset may override them, and `autoparallel calibrate` fits them to measured runs."""
+
+    gemm_efficiency: float = Field(0.78, gt=0, le=1)
+    """Fraction of dense peak that large BF16 GEMMs reach (MAMF: H100 80%, A100 87%; ref §7.1)."""
+    gemm_overhead_us: NonNegativeFloat = 4.0
+    """Fixed time per GEMM (launch, tail, wave quantisation), microseconds (ref §7.2 rule 3)."""
+    attention_efficiency: float = Field(0.45, gt=0, le=1)
+    """Fraction of peak reached by the fused attention kernel (FA2 35-50%, FA3/cuDNN 60-75%; ref §7.3)."""
+    hbm_efficiency: float = Field(0.85, gt=0, le=1)
+    """Fraction of HBM bandwidth reached by memory-bound kernels (STREAM 85-90%; ref §7.2 rule 1)."""
+    elementwise_factor: NonNegativeFloat = 1.0
+    """Multiplier on the modelled elementwise traffic (norms, activations, residuals, rotary)."""
+    scaleup_efficiency: float = Field(0.82, gt=0, le=1)
+    """Ring all-reduce/all-gather/reduce-scatter bus bandwidth over NVLink as a fraction of the
+    unidirectional spec (H100 ~370 of 450 GB/s; ref §6.2)."""
+    nvls_allreduce_factor: PositiveFloat = 1.0
+    """All-reduce bus bandwidth / spec when NVLink SHARP applies (H100/H200 1.06, B200 0.93; ref §6.2);
+    1.0 where the GPU has no NVLS."""
+    nic_efficiency: float = Field(0.92, gt=0, le=1)
+    """Per-NIC ring bandwidth as a fraction of line rate (NDR 46-48 of 50 GB/s; ref §6.2)."""
+    latency_base_us: NonNegativeFloat = 14.0
+    """Base latency of one collective (NCCL ring LL128 base; ref §5.2)."""
+    latency_intra_hop_us: NonNegativeFloat = 1.9
+    """Latency per ring step over NVLink (NCCL LL128; ref §5.2)."""
+    latency_inter_hop_us: NonNegativeFloat = 4.0
+    """Latency per ring step over the network (NCCL LL128; ref §5.2)."""
+    tp_overlap: float = Field(0.0, ge=0, le=1)
+    """Fraction of tensor-parallel collectives hidden behind GEMMs (`--tp-comm-overlap`)."""
+    ep_overlap: float = Field(0.0, ge=0, le=1)
+    """Fraction of expert-parallel all-to-alls hidden behind compute."""
+    dp_overlap: float = Field(1.0, ge=0, le=1)
+    """Fraction of the overlappable compute (backward of the last micro-batch; forward of the
+    first for parameter gathers) that actually hides data-parallel communication (ref §5.6)."""
+    step_overhead_ms: NonNegativeFloat = 0.0
+    """Fixed time per step outside the model (data loading, logging, launch gaps), milliseconds."""
+    memory_overhead_gib: NonNegativeFloat = 1.5
+    """Fixed per-GPU memory outside the ledger: CUDA context (~0.5 GiB) plus cuBLAS and NCCL
+    workspaces (~1 GiB) (ref §3.6). Fragmentation is covered by the usable fraction."""
+
+
+class GPUSpec(Spec):
+    """One accelerator kind, dense (no sparsity) peaks."""
+
+    name: str
+    """Preset name, e.g. `h100`."""
+    description: str = ""
+    """Marketing name and form factor."""
+    bf16_tflops: PositiveFloat
+    """Dense BF16 peak, TFLOP/s."""
+    fp8_tflops: PositiveFloat | None = None
+    """Dense FP8 peak, TFLOP/s (None where the GPU has no FP8 tensor cores)."""
+    hbm_gib: PositiveFloat
+    """HBM capacity, GiB."""
+    hbm_tb_per_s: PositiveFloat
+    """HBM bandwidth, TB/s."""
+    scaleup_gb_per_s: PositiveFloat
+    """Scale-up (NVLink/xGMI) bandwidth per GPU, one direction, GB/s."""
+    scaleup_domain: PositiveInt = 8
+    """GPUs that share the scale-up fabric (8 for HGX boards, 72 for GB200 NVL72)."""
+    nic_gbit_per_s: PositiveFloat
+    """Scale-out network bandwidth per GPU, Gbit/s."""
+    nvls: bool = False
+    """Whether all-reduce inside the scale-up domain can use NVLink SHARP."""
+    profile: dict[str, float] = Field(default_factory=dict)
+    """Overrides of `Profile` defaults that apply to this GPU."""
+    sources: dict[str, str] = Field(default_factory=dict)
+    """Where each number comes from (field -> citation)."""
+
+    @model_validator(mode="after")
+    def _check_profile_keys(self) -> GPUSpec:
+        unknown = set(self.profile) - set(Profile.model_fields)
+        if unknown:
+            raise ValueError(
+                f"unknown profile knob(s) {sorted(unknown)}; known: {sorted(Profile.model_fields)}"
+            )
+        return self
+
+    def default_profile(self) -> Profile:
+        """The efficiency profile with this GPU's overrides applied."""
+        return Profile(**self.profile)
+
+
+class ClusterSpec(Spec):
+    """How many GPUs of one kind, and how they are grouped into nodes."""
+
+    gpu: GPUSpec
+    """The GPU kind."""
+    n_gpus: PositiveInt
+    """GPUs in the job."""
+    gpus_per_node: PositiveInt = 8
+    """GPUs per server."""
+    intra_gb_per_s: PositiveFloat | None = None
+    """Override of the scale-up bandwidth per GPU (GB/s, one direction)."""
+    inter_gb_per_s: PositiveFloat | None = None
+    """Override of the network bandwidth per GPU (GB/s)."""
+    intra_latency_us: NonNegativeFloat | None = None
+    """Override of the per-step latency inside the scale-up domain (microseconds)."""
+    inter_latency_us: NonNegativeFloat | None = None
+    """Override of the per-step latency across the network (microseconds)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterSpec:
+        if self.n_gpus > self.gpus_per_node and self.n_gpus % self.gpus_per_node:
+            raise ValueError(
+                f"`n_gpus` ({self.n_gpus}) is not a multiple of `gpus_per_node` "
+                f"({self.gpus_per_node}): jobs use whole nodes; try "
+                f"{self.n_gpus // self.gpus_per_node * self.gpus_per_node} or "
+                f"{(self.n_gpus // self.gpus_per_node + 1) * self.gpus_per_node}"
+            )
+        return self
+
+    @property
+    def nvlink_domain(self) -> int:
+        """GPUs reachable over the scale-up fabric from any GPU (at most the whole job)."""
+        domain = max(self.gpus_per_node, self.gpu.scaleup_domain)
+        return min(domain, self.n_gpus) if self.n_gpus >= self.gpus_per_node else self.n_gpus
+
+    @property
+    def intra_bytes_per_s(self) -> float:
+        """Scale-up bandwidth per GPU, bytes/s (spec, before efficiency)."""
+        return (self.intra_gb_per_s or self.gpu.scaleup_gb_per_s) * 1e9
+
+    @property
+    def inter_bytes_per_s(self) -> float:
+        """Network bandwidth per GPU, bytes/s (spec, before efficiency)."""
+        if self.inter_gb_per_s is not None:
+            return self.inter_gb_per_s * 1e9
+        return self.gpu.nic_gbit_per_s * 1e9 / 8

@@ -1,0 +1,123 @@
+"""Model architecture specification (`ModelSpec`), with its MoE and MLA sub-tables."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+
+from ._base import Spec
+
+
+class MoESpec(Spec):
+    """Mixture-of-experts part of a model: routed experts, top-k routing, shared experts."""
+
+    n_experts: PositiveInt
+    """Number of routed experts per MoE layer."""
+    top_k: PositiveInt
+    """Experts each token is routed to."""
+    expert_ffn_hidden_size: PositiveInt
+    """FFN hidden size of one routed expert (and of each shared expert)."""
+    n_shared_experts: NonNegativeInt = 0
+    """Shared experts every token passes through (DeepSeek style)."""
+    n_dense_layers: NonNegativeInt = 0
+    """Leading layers that keep a dense MLP of `ffn_hidden_size` (DeepSeek `first_k_dense_replace`)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> MoESpec:
+        if self.top_k > self.n_experts:
+            raise ValueError(
+                f"`top_k` ({self.top_k}) cannot exceed `n_experts` ({self.n_experts}): "
+                "a token is routed to distinct experts"
+            )
+        return self
+
+
+class MLASpec(Spec):
+    """Multi-head latent attention (DeepSeek-V2/V3): low-rank query and key/value projections."""
+
+    q_lora_rank: NonNegativeInt = 0
+    """Rank of the query compression (0: queries projected directly from the hidden state)."""
+    kv_lora_rank: PositiveInt
+    """Rank of the joint key/value compression."""
+    qk_nope_head_dim: PositiveInt
+    """Per-head query/key width without rotary embedding."""
+    qk_rope_head_dim: PositiveInt
+    """Per-head query/key width that carries the rotary embedding."""
+    v_head_dim: PositiveInt
+    """Per-head value width."""
+
+
+class ModelSpec(Spec):
+    """A decoder-only transformer. Sizes are counts (`n_*`) or widths (`*_size`)."""
+
+    name: str = Field(min_length=1)
+    """Name shown in outputs."""
+    n_layers: PositiveInt
+    """Transformer layers."""
+    hidden_size: PositiveInt
+    """Model width h."""
+    n_heads: PositiveInt
+    """Query heads a."""
+    n_kv_heads: PositiveInt | None = None
+    """Key/value heads g (grouped-query attention); defaults to `n_heads` (MHA)."""
+    head_dim: PositiveInt | None = None
+    """Per-head width; defaults to `hidden_size / n_heads` (Qwen3 sets it explicitly)."""
+    ffn_hidden_size: PositiveInt
+    """Dense MLP hidden size f (for MoE models: the width of the leading dense layers)."""
+    vocab_size: PositiveInt
+    """Vocabulary size V (padded as trained)."""
+    activation: Literal["swiglu", "gelu"] = "swiglu"
+    """MLP type: gated SwiGLU (three h x f matrices) or GeLU (two)."""
+    dropout: bool = False
+    """Whether dropout is applied (each dropout mask stores 1 byte per element)."""
+    tied_embeddings: bool = False
+    """Whether the output projection shares the input embedding matrix."""
+    n_params: PositiveFloat | None = None
+    """Total parameter count; when given it replaces the architecture count and is spread evenly
+    over the layers (the seed's ledger does this). Not allowed with `moe`."""
+    moe: MoESpec | None = None
+    """Mixture-of-experts table; absent for a dense model."""
+    mla: MLASpec | None = None
+    """Multi-head latent attention table; absent for standard (GQA/MHA) attention."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, data):
+        if isinstance(data, dict) and data.get("n_kv_heads") is None and "n_heads" in data:
+            data = {**data, "n_kv_heads": data["n_heads"]}
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"`n_heads` ({self.n_heads}) must be a multiple of `n_kv_heads` "
+                f"({self.n_kv_heads}): each KV head serves a whole group of query heads"
+            )
+        if self.head_dim is None and self.mla is None and self.hidden_size % self.n_heads:
+            raise ValueError(
+                f"`hidden_size` ({self.hidden_size}) is not divisible by `n_heads` "
+                f"({self.n_heads}); give `head_dim` explicitly"
+            )
+        if self.n_params is not None and self.moe is not None:
+            raise ValueError(
+                "`n_params` cannot be combined with a `moe` table: expert parameters are "
+                "sharded differently from dense ones, so give the architecture instead"
+            )
+        if self.moe is not None and self.moe.n_dense_layers > self.n_layers:
+            raise ValueError(
+                f"`moe.n_dense_layers` ({self.moe.n_dense_layers}) exceeds `n_layers` "
+                f"({self.n_layers})"
+            )
+        return self
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads (never None after validation)."""
+        return int(self.n_kv_heads or self.n_heads)
+
+    @property
+    def head_width(self) -> int:
+        """Per-head width used for queries, keys and values (standard attention)."""
+        return int(self.head_dim or self.hidden_size // self.n_heads)

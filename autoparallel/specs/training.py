@@ -1,0 +1,40 @@
+"""Training-job specification: sequence length, batch, precision recipe, memory headroom."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveInt
+
+from ._base import Spec
+
+
+class TrainingSpec(Spec):
+    """One training job. Batch sizes count sequences."""
+
+    seq_len: PositiveInt
+    """Tokens per sequence s."""
+    global_batch: PositiveInt
+    """Sequences per optimizer step (global batch size)."""
+    grad_dtype: Literal["bf16", "fp32"] = "bf16"
+    """Gradient storage: `bf16` gives the seed's 16 bytes/parameter (2 param + 2 grad + 12 Adam);
+    `fp32` gives Megatron's 18 (main grads kept in fp32; reference §1.2)."""
+    usable_fraction: float = Field(0.9, gt=0, le=1)
+    """Share of HBM the ledger may fill; the rest absorbs allocator fragmentation (seed: 0.9)."""
+    attention: Literal["flash", "eager"] = "flash"
+    """`flash`: fused attention, no s^2 scores stored; `eager`: scores materialised (ref §3.1-3.2)."""
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes per gradient element."""
+        return 2 if self.grad_dtype == "bf16" else 4
+
+    @property
+    def bytes_per_param(self) -> int:
+        """Model-state bytes per parameter without sharding (16 or 18)."""
+        return 2 + self.grad_bytes + 12
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens processed per optimizer step."""
+        return self.seq_len * self.global_batch
