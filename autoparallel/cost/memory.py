@@ -100,9 +100,14 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
     # (vocab-parallel cross-entropy), reference §1.3 / §3.1.
     logits = st.output * tokens * (4.0 * arch.hidden / rep_div + 4.0 * arch.vocab / tp)
 
+    # ZeRO-3 / FSDP gathers one unit (a layer, or the embedding) in bf16 and prefetches the next
+    # (reference §1.6: ~2 x 2 bytes x unit); the rank's own 1/d shard is already counted, and a
+    # stage with a single unit has nothing to prefetch.
+    embed_unit = (st.embed * arch.p_embed + st.output * (arch.p_output or arch.p_embed)) / tp
     layers = np.maximum(st.n_dense + st.n_moe, 1)
-    # ZeRO-3 gathers one layer's parameters and prefetches the next (reference §1.6): 2 x 2 bytes.
-    gathered = np.where(zero == 3, 4.0 * (dense + expert) / layers, 0.0)
+    layer_unit = (dense + expert - embed_unit) / layers
+    two_units = np.minimum(dense + expert, 2.0 * np.maximum(layer_unit, embed_unit))
+    gathered = np.where(zero == 3, 2.0 * two_units * (1.0 - 1.0 / d), 0.0)
     # Full recompute re-materialises one layer's activations during its backward (reference §3.4).
     a_none = np.maximum(
         layer_activation_bytes(problem, arch, t, moe=False, recompute=np.zeros_like(t["rc"])),

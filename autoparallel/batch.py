@@ -1,0 +1,142 @@
+"""Batch estimation: score a CSV of (problem, layout) rows, grouping rows by problem so that each
+group is one vectorised evaluation. A malformed row gets an `error` and the others are scored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .errors import AutoParallelError, SpecError
+from .evaluate import _layout_error, evaluate
+from .layouts import LayoutTable
+from .problem import make_problem
+from .rules import Reject
+from .specs.layout import Layout
+
+INPUT_COLUMNS = (
+    "model", "gpu", "n_gpus", "gpus_per_node", "seq_len", "global_batch", "dp", "tp", "pp", "vp",
+    "cp", "ep", "zero", "recompute", "sp", "micro_batch",
+)
+PROBLEM_COLUMNS = INPUT_COLUMNS[:6]
+_OPTIONAL_DEFAULTS = {"gpus_per_node": 8, "dp": None, "vp": 1, "cp": 1, "ep": 1, "zero": 1,
+                      "recompute": "none", "sp": None, "micro_batch": 1}
+_TRUE, _FALSE = {"1", "true", "yes", "on", "t", "y"}, {"0", "false", "no", "off", "f", "n"}
+
+
+def _int(row, col):
+    value = row[col]
+    if value is None or (isinstance(value, float) and np.isnan(value)) or str(value).strip() == "":
+        if col in _OPTIONAL_DEFAULTS:
+            return _OPTIONAL_DEFAULTS[col]
+        raise SpecError(f"`{col}` is empty")
+    text = str(value).strip()
+    try:
+        number = float(text)
+    except ValueError:
+        raise SpecError(f"`{col}` = {text!r} is not a number") from None
+    if number != int(number) or number < 1 and col != "zero":
+        raise SpecError(f"`{col}` = {text!r} must be a positive whole number")
+    return int(number)
+
+
+def _text(row, col):
+    value = row[col]
+    if value is None or (isinstance(value, float) and np.isnan(value)) or str(value).strip() == "":
+        if col in _OPTIONAL_DEFAULTS:
+            return _OPTIONAL_DEFAULTS[col]
+        raise SpecError(f"`{col}` is empty")
+    return str(value).strip()
+
+
+def _bool(row, col):
+    text = _text(row, col)
+    if text is None:
+        return None
+    if text.lower() in _TRUE:
+        return True
+    if text.lower() in _FALSE:
+        return False
+    raise SpecError(f"`{col}` = {text!r} is not a boolean (use true/false)")
+
+
+def read_layouts_csv(path: str | Path) -> pd.DataFrame:
+    """Read the batch input, checking the required columns are present."""
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except FileNotFoundError:
+        raise SpecError(f"--input {path}: file not found") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise SpecError(f"--input {path}: not a readable CSV ({exc})") from None
+    required = [c for c in INPUT_COLUMNS if c not in _OPTIONAL_DEFAULTS]
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise SpecError(
+            f"--input {path}: missing column(s) {', '.join(missing)}; expected columns "
+            f"{', '.join(INPUT_COLUMNS)}"
+        )
+    for col in _OPTIONAL_DEFAULTS:
+        if col not in frame.columns:
+            frame[col] = ""
+    return frame
+
+
+def score_frame(frame: pd.DataFrame, profile: str | None = None) -> pd.DataFrame:
+    """Score every row; returns the input columns plus ledger columns and `error`."""
+    parsed: list[tuple | None] = []
+    errors: list[str] = [""] * len(frame)
+    for i, (_, row) in enumerate(frame.iterrows()):
+        try:
+            key = (_text(row, "model"), _text(row, "gpu"), _int(row, "n_gpus"),
+                   _int(row, "gpus_per_node"), _int(row, "seq_len"), _int(row, "global_batch"))
+            rc = _text(row, "recompute")
+            zero = _int(row, "zero")
+            layout = Layout(
+                dp=_int(row, "dp"), tp=_int(row, "tp"), pp=_int(row, "pp"), vp=_int(row, "vp"),
+                cp=_int(row, "cp"), ep=_int(row, "ep"), zero=zero, recompute=rc,
+                sp=_bool(row, "sp"), micro_batch=_int(row, "micro_batch"),
+            )
+            parsed.append((key, layout))
+        except (AutoParallelError, ValueError) as exc:
+            msg = str(exc).splitlines()[0] if not hasattr(exc, "errors") else _first_pydantic(exc)
+            errors[i] = f"row {i + 1}: {msg}"
+            parsed.append(None)
+
+    groups: dict[tuple, list[int]] = {}
+    for i, item in enumerate(parsed):
+        if item is not None:
+            groups.setdefault(item[0], []).append(i)
+
+    results: dict[int, dict] = {}
+    for key, rows in groups.items():
+        model, gpu, n_gpus, gpn, seq, gbs = key
+        try:
+            problem = make_problem(model, gpu, n_gpus, seq, gbs, gpus_per_node=gpn, profile=profile)
+        except AutoParallelError as exc:
+            for i in rows:
+                errors[i] = f"row {i + 1}: {str(exc).splitlines()[0]}"
+            continue
+        layouts = [parsed[i][1].resolved(n_gpus) for i in rows]
+        ev = evaluate(problem, LayoutTable.from_layouts(layouts, n_gpus))
+        cols = ev.columns()
+        for j, i in enumerate(rows):
+            broken = int(ev.reject[j]) & ~int(Reject.OOM)
+            if broken:
+                errors[i] = f"row {i + 1}: {_layout_error(problem, layouts[j], broken)}"
+                continue
+            results[i] = {k: v[j] for k, v in cols.items() if k.startswith(("mem_", "time_"))}
+            results[i] |= {"fits": bool(cols["fits"][j]), "mfu": float(cols["mfu"][j]),
+                           "tokens_per_s_per_gpu": float(cols["tokens_per_s_per_gpu"][j])}
+    out = frame.copy()
+    metric_cols = next(iter(results.values())).keys() if results else []
+    for col in metric_cols:
+        out[col] = [results[i][col] if i in results else None for i in range(len(frame))]
+    out["error"] = errors
+    return out
+
+
+def _first_pydantic(exc) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err.get("loc", ()))
+    return f"`{loc}` = {err.get('input')!r}: {err.get('msg', 'invalid').removeprefix('Value error, ')}"

@@ -1,0 +1,75 @@
+"""Command line: `autoparallel estimate | plan | sweep | export | schema | presets ...`.
+
+Every command module registers itself on `app`. `main()` turns every `AutoParallelError` into a
+readable message on stderr and exit code 2; no traceback unless AUTOPARALLEL_DEBUG=1.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from ..errors import AutoParallelError, InfeasibleError
+
+app = typer.Typer(
+    name="autoparallel",
+    help="Plan data x tensor x pipeline x context x expert parallelism for transformer training.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    from . import estimate_cmd, info_cmd  # noqa: F401  (modules register their commands)
+
+    for optional in ("plan_cmd", "sweep_cmd", "export_cmd", "validate_cmd", "tune_cmd"):
+        try:
+            __import__(f"{__name__}.{optional}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{optional}":
+                raise
+
+
+def err(message: str) -> None:
+    """Print an error message on stderr."""
+    for i, line in enumerate(str(message).splitlines() or [""]):
+        sys.stderr.write(("error: " if i == 0 else "  ") + line + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `autoparallel` console script."""
+    _register()
+    debug = os.environ.get("AUTOPARALLEL_DEBUG") == "1"
+    try:
+        app(args=argv, standalone_mode=True)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        return code
+    except InfeasibleError as exc:
+        if debug:
+            raise
+        err(str(exc))
+        return 1
+    except AutoParallelError as exc:
+        if debug:
+            raise
+        err(str(exc))
+        return 2
+    except KeyboardInterrupt:
+        err("interrupted")
+        return 130
+    except Exception as exc:  # a bug: say so in one line, keep the traceback for --debug runs
+        if debug:
+            raise
+        err(f"internal error ({type(exc).__name__}: {exc}); rerun with AUTOPARALLEL_DEBUG=1 "
+            "for a traceback and report it")
+        return 70
+    return 0
+
+
+def run() -> None:
+    """Console-script wrapper."""
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""`autoparallel estimate`: memory and time of one layout (or of every row of a CSV)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from ..errors import SpecError
+from ..evaluate import estimate
+from ..specs.layout import Layout, Recompute
+from . import app
+from .options import (
+    Attention, Fmt, GlobalBatch, Gpu, Gpus, GpusPerNode, GradDtype, InterBw, IntraBw, Model,
+    ProfileOpt, SeqLen, Usable, problem_from_options,
+)
+from .render import print_estimate
+
+
+@app.command("estimate")
+def estimate_command(
+    model: Model = None,
+    gpu: Gpu = None,
+    gpus: Gpus = None,
+    gpus_per_node: GpusPerNode = 8,
+    seq_len: SeqLen = None,
+    global_batch: GlobalBatch = None,
+    dp: Annotated[Optional[int], typer.Option(help="Data-parallel degree (default: derived).", show_default=False)] = None,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
+    pp: Annotated[int, typer.Option(help="Pipeline-parallel degree.")] = 1,
+    vp: Annotated[int, typer.Option(help="Virtual stages per pipeline rank (interleaving).")] = 1,
+    cp: Annotated[int, typer.Option(help="Context-parallel degree.")] = 1,
+    ep: Annotated[int, typer.Option(help="Expert-parallel degree.")] = 1,
+    zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (1 = distributed optimizer).")] = 1,
+    recompute: Annotated[Recompute, typer.Option(help="Activation recomputation.")] = Recompute.NONE,
+    sp: Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp > 1).", show_default=False)] = None,
+    micro_batch: Annotated[int, typer.Option(help="Sequences per micro-batch.")] = 1,
+    fmt: Annotated[Fmt, typer.Option("--format", help="table or json.")] = Fmt.table,
+    input: Annotated[Optional[str], typer.Option("--input", help="Batch mode: CSV of layouts to score.", show_default=False)] = None,
+    output: Annotated[Optional[str], typer.Option("--output", help="Batch mode: CSV to write (default stdout).", show_default=False)] = None,
+    profile: ProfileOpt = None,
+    grad_dtype: GradDtype = "bf16",
+    usable_fraction: Usable = 0.9,
+    attention: Attention = "flash",
+    intra_gbps: IntraBw = None,
+    inter_gbps: InterBw = None,
+) -> None:
+    """Memory per GPU and time per step of one layout, each as a breakdown."""
+    if input is not None:
+        from ..batch import read_layouts_csv, score_frame
+
+        scored = score_frame(read_layouts_csv(input), profile=profile)
+        if output:
+            scored.to_csv(output, index=False)
+            bad = int((scored["error"] != "").sum())
+            Console(stderr=True).print(
+                f"scored {len(scored) - bad} of {len(scored)} rows -> {output}"
+                + (f" ({bad} with an error; see the `error` column)" if bad else "")
+            )
+        else:
+            typer.echo(scored.to_csv(index=False), nl=False)
+        return
+    if fmt == Fmt.csv:
+        raise SpecError("`--format csv` is for batch mode (--input); use table or json")
+    problem = problem_from_options(model, gpu, gpus, gpus_per_node, seq_len, global_batch,
+                                   profile, grad_dtype, usable_fraction, attention,
+                                   intra_gbps, inter_gbps)
+    try:
+        layout = Layout(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, recompute=recompute,
+                        sp=sp, micro_batch=micro_batch)
+    except ValueError as exc:
+        from ..errors import format_validation_error
+
+        raise SpecError(format_validation_error(exc, "layout")) from None
+    rec = estimate(problem, layout)
+    if fmt == Fmt.json:
+        typer.echo(json.dumps(rec, indent=2))
+    else:
+        print_estimate(rec)

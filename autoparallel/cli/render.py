@@ -1,0 +1,59 @@
+"""Rich renderings of estimates: memory and time breakdowns side by side."""
+
+from __future__ import annotations
+
+from rich.columns import Columns
+from rich.console import Console
+from rich.table import Table
+
+from ..evaluate import TIME_KEYS
+
+_MEM_PARTS = ("params", "grads", "optimizer", "activations", "embedding_logits", "overhead")
+_TIME_PARTS = tuple(k for k in TIME_KEYS if k != "step")
+
+def _bar(frac: float, width: int = 20) -> str:
+    n = max(0, min(width, round(frac * width)))
+    return "█" * n + "·" * (width - n)
+
+def layout_slug(rec: dict) -> str:
+    lay = rec["layout"]
+    sp = "-sp" if lay["sp"] else ""
+    return (f"dp{lay['dp']}-tp{lay['tp']}-pp{lay['pp']}-vp{lay['vp']}-cp{lay['cp']}-ep{lay['ep']}"
+            f"-z{lay['zero']}-r{lay['recompute']}{sp}-mb{lay['micro_batch']}")
+
+def breakdown_tables(rec: dict) -> Columns:
+    """Memory (GiB) and time (s) breakdowns of one estimate record."""
+    mem = rec["memory_gib"]
+    mt = Table(title="memory per GPU (GiB)", title_justify="left", show_edge=False)
+    mt.add_column("item")
+    mt.add_column("GiB", justify="right")
+    mt.add_column("share")
+    for k in _MEM_PARTS:
+        mt.add_row(k, f"{mem[k]:.2f}", _bar(mem[k] / max(mem["total"], 1e-12)))
+    mt.add_row("[b]total[/b]", f"[b]{mem['total']:.2f}[/b]",
+               f"of {mem['usable']:.1f} usable ({mem['capacity']:.0f} HBM)")
+    tm = rec["time_s"]
+    tt = Table(title="time per step (s)", title_justify="left", show_edge=False)
+    tt.add_column("item")
+    tt.add_column("s", justify="right")
+    tt.add_column("share")
+    for k in _TIME_PARTS:
+        tt.add_row(k, f"{tm[k]:.3f}", _bar(tm[k] / max(tm["step"], 1e-12)))
+    tt.add_row("[b]step[/b]", f"[b]{tm['step']:.3f}[/b]", "")
+    return Columns([mt, tt], padding=(0, 4))
+
+def print_estimate(rec: dict, console: Console | None = None) -> None:
+    """Header line plus both breakdowns."""
+    console = console or Console()
+    fits = "[green]fits[/green]" if rec["fits"] else "[red]does not fit[/red]"
+    console.print(
+        f"[b]{rec['model']}[/b] on {rec['n_gpus']} x {rec['gpu']}  layout [b]{layout_slug(rec)}[/b]"
+        f"  grad_accum {rec['layout']['grad_accum']}"
+    )
+    console.print(
+        f"{fits}: {rec['memory_gib']['total']:.1f} GiB of {rec['memory_gib']['usable']:.1f} usable;"
+        f" step {rec['time_s']['step']:.3f} s, MFU {rec['mfu'] * 100:.1f}%,"
+        f" {rec['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU"
+    )
+    console.print(breakdown_tables(rec))
+
