@@ -42,9 +42,17 @@ def breakdown_tables(rec: dict) -> Columns:
     tt.add_row("[b]step[/b]", f"[b]{tm['step']:.3f}[/b]", "")
     return Columns([mt, tt], padding=(0, 4))
 
+def make_console(stderr: bool = False) -> Console:
+    """A console 160 columns wide when not writing to a terminal (pipes, files, tests)."""
+    console = Console(stderr=stderr)
+    if not console.is_terminal:
+        console = Console(stderr=stderr, width=160)
+    return console
+
+
 def print_estimate(rec: dict, console: Console | None = None) -> None:
     """Header line plus both breakdowns."""
-    console = console or Console()
+    console = console or make_console()
     fits = "[green]fits[/green]" if rec["fits"] else "[red]does not fit[/red]"
     console.print(
         f"[b]{rec['model']}[/b] on {rec['n_gpus']} x {rec['gpu']}  layout [b]{layout_slug(rec)}[/b]"

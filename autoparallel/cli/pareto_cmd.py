@@ -1,0 +1,59 @@
+"""Pareto fronts for `plan --objective time,memory|time,gpus`."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.table import Table
+
+from ..errors import InfeasibleError
+from ..problem import make_problem
+from ..search.explain import nothing_fits_message
+from ..search.pareto import add_front_to_study, time_gpus_front, time_memory_front
+from .options import Fmt
+from .render import layout_slug, make_console
+
+
+def run_pareto(problem, space, rules, second, top, fmt, storage, study_name) -> None:
+    if second == "memory":
+        front, res = time_memory_front(problem, space, rules)
+        if not front.points:
+            raise InfeasibleError(nothing_fits_message(res))
+    else:
+        def make_for(n):
+            return make_problem(problem.model, problem.cluster.gpu, n, problem.training.seq_len,
+                                problem.training.global_batch,
+                                gpus_per_node=min(problem.cluster.gpus_per_node, n) if n < problem.cluster.gpus_per_node else problem.cluster.gpus_per_node,
+                                profile=problem.profile, grad_dtype=problem.training.grad_dtype,
+                                usable_fraction=problem.training.usable_fraction,
+                                attention=problem.training.attention)
+        front = time_gpus_front(make_for, problem.cluster.n_gpus, problem.cluster.gpus_per_node,
+                                space, rules)
+        if not front.points:
+            raise InfeasibleError(f"no GPU count up to {problem.cluster.n_gpus} fits "
+                                  f"{problem.model.name}; try more GPUs or --recompute full")
+    if storage or study_name:
+        add_front_to_study(front, storage, study_name)
+    points = front.points[:top] if second == "gpus" else front.points
+    if fmt == Fmt.json:
+        typer.echo(json.dumps({"objective": ["time", second], "pareto": points}, indent=2))
+        return
+    if fmt == Fmt.csv:
+        import pandas as pd
+
+        rows = [{"rank": p["rank"], "n_gpus": p["n_gpus"], "layout": layout_slug(p),
+                 "mem_total_gib": p["memory_gib"]["total"], "time_step_s": p["time_s"]["step"],
+                 "mfu": p["mfu"], "tokens_per_s_per_gpu": p["tokens_per_s_per_gpu"]} for p in points]
+        typer.echo(pd.DataFrame(rows).to_csv(index=False), nl=False)
+        return
+    console = make_console()
+    console.print(f"Pareto front of step time vs {second}: {len(front.points)} layouts")
+    table = Table(show_edge=False)
+    for col in ("rank", "GPUs", "layout", "mem GiB", "step s", "MFU"):
+        table.add_column(col)
+    for p in points:
+        table.add_row(str(p["rank"]), str(p["n_gpus"]), layout_slug(p),
+                      f"{p['memory_gib']['total']:.1f}", f"{p['time_s']['step']:.3f}",
+                      f"{p['mfu'] * 100:.1f}%")
+    console.print(table)

@@ -1,0 +1,39 @@
+"""Tabular outputs with a frozen column schema (plan `--format csv` and `sweep`)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..evaluate import MEMORY_KEYS, TIME_KEYS
+
+PROBLEM_COLUMNS = ("model", "gpu", "n_gpus", "gpus_per_node", "seq_len", "global_batch")
+LAYOUT_COLUMNS = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch",
+                  "grad_accum")
+RESULT_COLUMNS = (
+    ("rank",)
+    + tuple(f"mem_{k}_gib" for k in MEMORY_KEYS)
+    + tuple(f"time_{k}_s" for k in TIME_KEYS)
+    + ("mfu", "tokens_per_s_per_gpu", "fits", "note")
+)
+SWEEP_COLUMNS = PROBLEM_COLUMNS + LAYOUT_COLUMNS + RESULT_COLUMNS
+"""The frozen column schema of `sweep` CSVs and `plan --format csv` (version 1)."""
+
+
+def ranked_frame(result) -> pd.DataFrame:
+    """One row per ranked layout (or one 'nothing fits' row), in `SWEEP_COLUMNS` order."""
+    problem = result.problem.describe()
+    ev = result.ranked
+    if len(ev) == 0:
+        from ..search.explain import nothing_fits_message
+
+        row = {c: None for c in SWEEP_COLUMNS} | problem
+        row["fits"] = False
+        row["note"] = nothing_fits_message(result)
+        return pd.DataFrame([row], columns=list(SWEEP_COLUMNS))
+    cols = ev.columns()
+    frame = pd.DataFrame({k: cols[k] for k in LAYOUT_COLUMNS + RESULT_COLUMNS if k in cols})
+    frame.insert(0, "rank", range(1, len(ev) + 1))
+    for k, v in reversed(problem.items()):
+        frame.insert(0, k, v)
+    frame["note"] = ""
+    return frame[list(SWEEP_COLUMNS)]

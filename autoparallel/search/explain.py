@@ -1,0 +1,85 @@
+"""Plain-language explanations: why #1 beats #2, its largest costs, and what would help when
+nothing fits."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cost.time import TIME_ITEMS
+from ..evaluate import Evaluation
+from ..units import GiB
+
+MEM_PARTS = ("params", "grads", "optimizer", "activations", "embedding_logits", "overhead")
+
+
+def slug(ev: Evaluation, i: int) -> str:
+    return ev.table.row(i).slug
+
+
+def _largest(values: dict[str, float], total: float, k: int, unit: str, fmt: str) -> str:
+    top = sorted(values.items(), key=lambda kv: -kv[1])[:k]
+    return ", ".join(f"{name} {v:{fmt}} {unit} ({v / total:.0%})" for name, v in top if v > 0)
+
+
+def largest_costs(ev: Evaluation, i: int, k: int = 3) -> str:
+    """'compute 35.1 s (74%), ...; memory: activations 30.2 GiB (47%), ...'"""
+    times = {n: float(ev.time[n][i]) for n in TIME_ITEMS}
+    mems = {n: float(ev.memory[n][i]) / GiB for n in MEM_PARTS}
+    return (f"time: {_largest(times, float(ev.time['step'][i]), k, 's', '.3g')}; "
+            f"memory: {_largest(mems, float(ev.memory['total'][i]) / GiB, k, 'GiB', '.1f')}")
+
+
+def why_first(ev: Evaluation) -> str:
+    """One line on why rank 1 beats rank 2."""
+    if len(ev) < 2:
+        return "#1 is the only layout that fits."
+    t1, t2 = float(ev.time["step"][0]), float(ev.time["step"][1])
+    if abs(t2 - t1) <= 1e-9 * t1:
+        m1, m2 = float(ev.memory["total"][0]) / GiB, float(ev.memory["total"][1]) / GiB
+        why = f"lower memory ({m1:.1f} vs {m2:.1f} GiB)" if m1 < m2 - 1e-9 else "the simpler layout"
+        return f"#1 and #2 tie on step time ({t1:.3f} s); #1 is preferred for {why}."
+    diffs = {n: float(ev.time[n][1] - ev.time[n][0]) for n in TIME_ITEMS}
+    gains = [f"{n} {-d:+.3g} s" for n, d in sorted(diffs.items(), key=lambda kv: -kv[1]) if d > 1e-6 * t1][:3]
+    losses = [f"{n} {-d:+.3g} s" for n, d in sorted(diffs.items(), key=lambda kv: kv[1]) if d < -1e-6 * t1][:2]
+    text = (f"#1 is {(t2 - t1) / t2:.1%} faster than #2 ({t1:.3f} s vs {t2:.3f} s per step): "
+            + ", ".join(gains))
+    if losses:
+        text += f" (against: {', '.join(losses)})"
+    return text + "."
+
+
+def nothing_fits_message(result) -> str:
+    """'0 of 41,472 layouts fit in 72 GiB; closest dp8-tp8-pp2 needs 91.2 GiB (...); try ...'"""
+    p = result.problem
+    usable = p.cluster.gpu.hbm_gib * p.training.usable_fraction
+    head = f"0 of {result.n_layouts:,} layouts fit in {usable:.0f} GiB"
+    if result.nearest is None or len(result.nearest) == 0:
+        counts = ", ".join(f"{k} {v:,}" for k, v in sorted(result.reject_counts.items(), key=lambda kv: -kv[1]))
+        return (f"{head}: every layout breaks a rule ({counts}). Check the model's heads/layers "
+                "against the GPU count, the batch against dp, or lift a rule.")
+    ev = result.nearest
+    mems = {n: float(ev.memory[n][0]) / GiB for n in MEM_PARTS}
+    top = sorted(mems.items(), key=lambda kv: -kv[1])[:2]
+    parts = ", ".join(f"{n} {v:.1f}" for n, v in top)
+    hints = []
+    t = ev.table
+    if int(t["rc"][0]) != 2:
+        hints.append("--recompute full")
+    if int(t["zero"][0]) < 3:
+        hints.append("--zero 3")
+    if top[0][0] == "activations" and int(t["mb"][0]) > 1:
+        hints.append("--micro-batch 1")
+    hints.append("more GPUs")
+    if p.training.seq_len >= 16384 and int(t["cp"][0]) == 1:
+        hints.append("context parallelism (--cp)")
+    return (f"{head}; closest {slug(ev, 0)} needs {float(ev.memory['total'][0]) / GiB:.1f} GiB "
+            f"({parts}); try {' or '.join(hints)}")
+
+
+def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Indices of the points not dominated when minimising both x and y (sorted by x)."""
+    order = np.lexsort((y, x))
+    best_y = np.minimum.accumulate(y[order])
+    keep = np.ones(len(order), dtype=bool)
+    keep[1:] = y[order][1:] < best_y[:-1]
+    return order[keep]

@@ -1,0 +1,164 @@
+"""`plan`: enumerate every layout, apply the rules, cost the survivors, rank by step time."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..cost.arch import build_arch
+from ..cost.memory import memory_ledger
+from ..evaluate import Evaluation, evaluate
+from ..layouts import LayoutTable
+from ..rules import RULES, Reject, active_rules, check_rules
+from ..specs.problem import Problem
+from ..units import GiB
+from .enumerate import enumerate_layouts
+from .space import SearchSpace
+
+
+@dataclass
+class PlanResult:
+    """Outcome of a search. `ranked` holds the best fitting layouts, fastest first."""
+
+    problem: Problem
+    space: SearchSpace
+    n_layouts: int
+    n_valid: int
+    n_fit: int
+    search_s: float
+    ranked: Evaluation
+    """Top layouts (at most `top`), fastest first; empty when nothing fits."""
+    survivors: Evaluation | None = None
+    """Every fitting layout, ranked (used for the Pareto cloud and the Optuna study)."""
+    nearest: Evaluation | None = None
+    """When nothing fits: valid layouts closest to fitting, smallest memory first."""
+    reject_counts: dict[str, int] = field(default_factory=dict)
+    """How many enumerated layouts each rule rejected (a layout can break several)."""
+    study: object | None = None
+    """The Optuna study holding the kept survivors as trials (when requested)."""
+    kept: int = 0
+    """Survivors stored as Optuna trials (at most `keep`)."""
+
+    def records(self) -> list[dict]:
+        """Ranked layouts in the estimate JSON schema plus `rank`."""
+        return [{"rank": i + 1, **self.ranked.record(i)} for i in range(len(self.ranked))]
+
+    def to_frame(self):
+        """Ranked layouts as a pandas DataFrame in the sweep CSV schema."""
+        from ..output.frames import ranked_frame
+
+        return ranked_frame(self)
+
+    def to_json(self) -> dict:
+        """The plan JSON: problem, counts, search time and ranked layouts."""
+        from ..schema import SCHEMA_VERSION
+
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "problem": self.problem.describe(),
+            "n_layouts": self.n_layouts,
+            "n_valid": self.n_valid,
+            "n_fit": self.n_fit,
+            "search_s": self.search_s,
+            "ranked": self.records(),
+        }
+
+
+def rank_order(ev: Evaluation) -> np.ndarray:
+    """Fastest first; ties (within 1e-9 relative) broken by lower memory, then fewer GPUs per
+    replica (simpler layouts)."""
+    step = ev.time["step"]
+    key_time = np.round(step / max(float(step.min()), 1e-30), 9) if len(step) else step
+    simple = ev.table["tp"] * ev.table["pp"] * ev.table["vp"] * ev.table["cp"]
+    return np.lexsort((simple, ev.memory["total"], key_time))
+
+
+def count_rejections(flags: np.ndarray) -> dict[str, int]:
+    """Per rule name, how many rows carry its flag."""
+    counts = {r.name: int(np.count_nonzero(flags & int(r.flag))) for r in RULES}
+    counts["oom"] = int(np.count_nonzero(flags & int(Reject.OOM)))
+    return {k: v for k, v in counts.items() if v}
+
+
+def plan(
+    problem: Problem,
+    space: SearchSpace | None = None,
+    *,
+    top: int = 10,
+    rules=None,
+    keep: int = 1000,
+    storage: str | None = None,
+    study_name: str | None = None,
+    with_study: bool = False,
+    n_nearest: int = 5,
+) -> PlanResult:
+    """Search every layout of `problem` (optionally narrowed by `space`) and rank those that fit.
+
+    Args:
+        problem: model, cluster, job and efficiency profile.
+        space: allowed values per axis; everything by default.
+        top: how many ranked layouts to return.
+        rules: the active rules (default: `rules.active_rules()`).
+        keep: at most this many fitting layouts become Optuna trials.
+        storage: Optuna storage URL (e.g. `sqlite:///plan.db`); implies `with_study`.
+        study_name: name of the Optuna study (default derived from the problem).
+        with_study: build the Optuna study even without a storage.
+        n_nearest: when nothing fits, how many nearest misses to return.
+
+    Example:
+        >>> from autoparallel import make_problem
+        >>> res = plan(make_problem("llama3-8b", "h100", 8, 4096, 64), top=3)
+        >>> res.records()[0]["fits"]
+        True
+    """
+    t0 = time.perf_counter()
+    space = space or SearchSpace()
+    rules = active_rules() if rules is None else rules
+    arch = build_arch(problem.model)
+    table = enumerate_layouts(problem, space)
+    flags = check_rules(problem, arch, table, rules)
+    valid_idx = np.flatnonzero(flags == 0)
+    valid = table.take(valid_idx)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mem = memory_ledger(problem, arch, valid)
+    oom = mem["total"] > mem["usable"]
+    flags[valid_idx[oom]] |= int(Reject.OOM)
+    fit_table = valid.take(np.flatnonzero(~oom))
+    ev = evaluate(problem, fit_table, rules, arch=arch)
+    order = rank_order(ev)
+    survivors = ev.take(order)
+    nearest = None
+    if len(survivors) == 0 and len(valid_idx):
+        miss = valid.take(np.flatnonzero(oom))
+        ev_miss = evaluate(problem, miss, rules, arch=arch)
+        nearest = ev_miss.take(np.argsort(ev_miss.memory["total"], kind="stable")[:n_nearest])
+    result = PlanResult(
+        problem=problem, space=space, n_layouts=len(table), n_valid=len(valid_idx),
+        n_fit=len(survivors), search_s=0.0, ranked=survivors.take(np.arange(min(top, len(survivors)))),
+        survivors=survivors, nearest=nearest, reject_counts=count_rejections(flags),
+    )
+    if (with_study or storage) and len(survivors):
+        from .study import study_from_survivors
+
+        result.study, result.kept = study_from_survivors(result, keep, storage, study_name)
+    result.search_s = time.perf_counter() - t0
+    return result
+
+
+def table_with_reasons(problem: Problem, space: SearchSpace | None = None, rules=None):
+    """Every enumerated layout with its reject flags (OOM included) — for `--include-rejected`."""
+    space = space or SearchSpace()
+    arch = build_arch(problem.model)
+    table = enumerate_layouts(problem, space)
+    ev = evaluate(problem, table, rules, arch=arch)
+    return ev
+
+
+def gib(x) -> float:
+    return float(x) / GiB
+
+
+__all__ = ["PlanResult", "plan", "rank_order", "count_rejections", "table_with_reasons",
+           "LayoutTable"]

@@ -1,0 +1,84 @@
+"""`SearchSpace`: which values each layout axis may take (omitted axis = every sensible value).
+
+A space is given by flags or by a TOML file (keys at the top level or under `[space]`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, PositiveInt, ValidationError, field_validator
+
+from ..errors import SpecError, format_validation_error
+from ..specs._base import Spec
+from ..specs.layout import Recompute
+
+AXES = ("tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch")
+
+
+class SearchSpace(Spec):
+    """Allowed values per axis; `None` means automatic (all divisors / all choices)."""
+
+    tp: list[PositiveInt] | None = None
+    """Tensor-parallel degrees (auto: divisors of the GPU count)."""
+    pp: list[PositiveInt] | None = None
+    """Pipeline degrees (auto: divisors of the GPU count)."""
+    vp: list[PositiveInt] | None = None
+    """Virtual stages per pipeline rank (auto: every v with layers divisible by pp x v)."""
+    cp: list[PositiveInt] | None = None
+    """Context-parallel degrees (auto: divisors of the GPU count)."""
+    ep: list[PositiveInt] | None = None
+    """Expert-parallel degrees (auto: divisors of the experts that divide dp x cp)."""
+    zero: list[int] | None = None
+    """ZeRO stages (auto: 0-3)."""
+    recompute: list[Recompute] | None = None
+    """Recompute choices (auto: none, selective, full)."""
+    sp: list[bool] | None = None
+    """Sequence parallelism (auto: on and off when tp > 1)."""
+    micro_batch: list[PositiveInt] | None = None
+    """Micro-batch sizes (auto: divisors of the per-replica batch up to `max_micro_batch`)."""
+    max_micro_batch: PositiveInt = 16
+    """Largest micro-batch tried automatically."""
+    max_vp: PositiveInt = Field(16, description="Largest virtual-stage count tried automatically.")
+    """Largest virtual-stage count tried automatically."""
+
+    @field_validator(*AXES)
+    @classmethod
+    def _not_empty(cls, v, info):
+        if v is not None and len(v) == 0:
+            raise ValueError(f"axis `{info.field_name}` is empty: give at least one value or leave it out")
+        if v is not None and info.field_name == "zero" and any(z not in (0, 1, 2, 3) for z in v):
+            raise ValueError(f"ZeRO stages must be 0-3, got {v}")
+        return sorted(set(v), key=lambda x: (str(type(x)), x)) if v is not None else v
+
+    def narrowed(self, **axes) -> SearchSpace:
+        """A copy with the given axes replaced (None values are ignored)."""
+        update = {k: v for k, v in axes.items() if v is not None}
+        try:
+            return SearchSpace.model_validate({**self.model_dump(), **update})
+        except ValidationError as exc:
+            raise SpecError(format_validation_error(exc, "search space")) from None
+
+
+def load_space(path: str | Path) -> SearchSpace:
+    """Read a search space from a TOML/JSON file (`[space]` table or top-level keys)."""
+    from ..presets import read_table
+
+    data = read_table(Path(path))
+    table = data.get("space", data)
+    try:
+        return SearchSpace.model_validate(table)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, f"search space ({path})")) from None
+
+
+def parse_int_list(text: str | None, flag: str) -> list[int] | None:
+    """'1,2,4' -> [1, 2, 4]; None stays None; readable error otherwise."""
+    if text is None:
+        return None
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SpecError(f"`{flag}` = {text!r}: expected comma-separated integers, e.g. 1,2,4") from None
+    if not values:
+        raise SpecError(f"`{flag}` is empty: give at least one value")
+    return values

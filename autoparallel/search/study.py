@@ -1,0 +1,82 @@
+"""The Optuna layer: survivors become trials of a study (bulk-added, values precomputed by the
+vectorised model), so the ranking can be browsed in optuna-dashboard or resumed from storage; and
+sampler-driven search (TPE with constraints, NSGA-II) for spaces too large to enumerate."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import optuna
+from optuna.distributions import CategoricalDistribution
+from optuna.trial import TrialState, create_trial
+
+from ..errors import SpecError
+from ..specs.layout import RECOMPUTE_NAMES
+
+PARAM_AXES = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch")
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def default_study_name(problem) -> str:
+    d = problem.describe()
+    key = "-".join(str(d[k]) for k in ("model", "gpu", "n_gpus", "seq_len", "global_batch"))
+    return f"plan-{key}-{hashlib.sha1(problem.model_dump_json().encode()).hexdigest()[:8]}"
+
+
+def _params(ev, i: int) -> dict:
+    t = ev.table
+    return {
+        "dp": int(t["dp"][i]), "tp": int(t["tp"][i]), "pp": int(t["pp"][i]), "vp": int(t["vp"][i]),
+        "cp": int(t["cp"][i]), "ep": int(t["ep"][i]), "zero": int(t["zero"][i]),
+        "recompute": RECOMPUTE_NAMES[int(t["rc"][i])].value, "sp": bool(t["sp"][i]),
+        "micro_batch": int(t["mb"][i]),
+    }
+
+
+def _distributions(ev) -> dict:
+    t = ev.table
+    dist = {}
+    for axis in PARAM_AXES:
+        if axis == "recompute":
+            choices = tuple(sorted({RECOMPUTE_NAMES[int(c)].value for c in np.unique(t["rc"])}))
+        elif axis == "sp":
+            choices = tuple(sorted({bool(v) for v in np.unique(t["sp"])}))
+        else:
+            col = {"micro_batch": "mb"}.get(axis, axis)
+            choices = tuple(int(v) for v in np.unique(t[col]))
+        dist[axis] = CategoricalDistribution(choices)
+    return dist
+
+
+def study_from_survivors(result, keep: int, storage: str | None, study_name: str | None):
+    """Create (or load) a study and bulk-add the best `keep` survivors as finished trials.
+
+    Returns (study, number of trials added). A rerun against the same storage and study name
+    adds nothing twice: layouts already stored are skipped.
+    """
+    ev = result.survivors
+    n = min(keep, len(ev))
+    name = study_name or default_study_name(result.problem)
+    try:
+        study = optuna.create_study(storage=storage, study_name=name, direction="minimize",
+                                    load_if_exists=True)
+    except Exception as exc:  # unreachable database, bad URL, ...
+        raise SpecError(f"`--storage` {storage!r}: cannot open the Optuna storage ({exc})") from None
+    study.set_user_attr("problem", result.problem.describe())
+    existing = {tuple(sorted(tr.params.items())) for tr in study.get_trials(deepcopy=False,
+                                                                             states=(TrialState.COMPLETE,))}
+    dist = _distributions(ev)
+    cols = ev.columns()
+    attr_keys = [k for k in cols if k.startswith(("mem_", "time_"))] + ["mfu", "tokens_per_s_per_gpu"]
+    trials = []
+    for i in range(n):
+        params = _params(ev, i)
+        if tuple(sorted(params.items())) in existing:
+            continue
+        attrs = {k: float(cols[k][i]) for k in attr_keys} | {"rank": i + 1}
+        trials.append(create_trial(params=params, distributions=dist,
+                                   value=float(ev.time["step"][i]), user_attrs=attrs))
+    study.add_trials(trials)
+    return study, len(trials)
