@@ -22,3 +22,35 @@ def run_cli(*args, input_text=None, cwd=None):
         [sys.executable, "-m", "autoparallel", *map(str, args)],
         capture_output=True, text=True, input=input_text, cwd=cwd, timeout=300,
     )
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory):
+    """URL of a real PostgreSQL server: $AUTOPARALLEL_TEST_POSTGRES_URL (started by .ci/run), or
+    a throwaway one started here (tests/pgserver.py). Skips, with the reason, only when neither
+    is possible."""
+    import os
+    import tempfile
+
+    try:
+        import psycopg2  # noqa: F401
+    except ImportError:
+        pytest.skip("PostgreSQL tests: psycopg2 is not installed (pip install -e '.[test]')")
+    url = os.environ.get("AUTOPARALLEL_TEST_POSTGRES_URL")
+    if url:
+        yield url
+        return
+    import pgserver
+
+    base = Path(tempfile.mkdtemp(prefix="autoparallel-pg-"))
+    try:
+        url = pgserver.start(base)
+    except (pgserver.PostgresUnavailable, OSError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"PostgreSQL tests: cannot start a PostgreSQL server here ({exc})")
+    try:
+        yield url
+    finally:
+        pgserver.stop(base)
+        import shutil
+
+        shutil.rmtree(base, ignore_errors=True)

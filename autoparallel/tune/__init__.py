@@ -1,0 +1,111 @@
+"""`tune`: measure the layouts the cost model ranks best, with an Optuna study, and learn from
+the measurements which one is really fastest.
+
+Modules: `command` (the `--measure` template), `runner` (one measurement as a subprocess),
+`claims` (no layout measured twice), `pool` (candidates and the sampler), `study` (the ask/tell
+loop, storage, heartbeats), `results` (measured vs predicted), `calibrate` (a small profile
+refit).
+
+Example:
+    >>> from autoparallel import make_problem
+    >>> from autoparallel.tune import TuneConfig, tune
+    >>> from autoparallel.tune.command import CommandTemplate
+    >>> cfg = TuneConfig(make_problem("llama3-8b", "h100", 8, 4096, 64),
+    ...                  CommandTemplate.parse("python train.py --tp {tp} --pp {pp}"), trials=5)
+    >>> result = tune(cfg)   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import ExportError, InfeasibleError, SpecError
+from ..search.plan import plan
+from ..search.space import SearchSpace
+from .calibrate import Calibration, fit_profile
+from .command import CommandTemplate, render_exports
+from .pool import CandidatePool
+from .results import TrialRow, best_row, collect
+from .study import TuneConfig, TuneSession, open_session, run_workers
+
+__all__ = ["TuneConfig", "TuneResult", "tune", "CommandTemplate", "TrialRow"]
+
+
+@dataclass
+class TuneResult:
+    """Every trial of the study (this run's and earlier ones), the best measured layout, and the
+    refitted profile when calibration was asked for."""
+
+    study_name: str
+    storage: str | None
+    n_candidates: int
+    measured_now: int
+    """Layouts this invocation measured."""
+    rows: list[TrialRow]
+    best: TrialRow | None
+    calibration: Calibration | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "study": self.study_name, "storage": self.storage,
+            "n_candidates": self.n_candidates, "measured_now": self.measured_now,
+            "best": self.best.to_json() if self.best else None,
+            "trials": [r.to_json() for r in self.rows],
+            "calibration": self.calibration.to_json() if self.calibration else None,
+        }
+
+
+def build_pool(config: TuneConfig, n_candidates: int, space: SearchSpace | None = None,
+               rules=None) -> CandidatePool:
+    """Plan the problem and keep the `n_candidates` fastest predicted layouts that every
+    launcher the template renders can express."""
+    result = plan(config.problem, space, rules=rules, top=1)
+    if result.n_fit == 0:
+        from ..search.explain import nothing_fits_message
+
+        raise InfeasibleError(nothing_fits_message(result))
+    keep = None
+    if config.template.exporter_targets:
+        def keep(layout) -> bool:
+            try:
+                render_exports(config.template, config.problem, layout, None)
+                return True
+            except ExportError:
+                return False
+    pool, refused = CandidatePool.from_survivors(result.survivors, n_candidates, keep)
+    if not len(pool):
+        raise SpecError(f"none of the fitting layouts can be expressed by "
+                        f"{', '.join(sorted(config.template.exporter_targets))} "
+                        f"({refused} refused); drop those placeholders or widen the space")
+    return pool
+
+
+def tune(config: TuneConfig, *, candidates: int = 48, space: SearchSpace | None = None,
+         rules=None, calibrate: bool = False,
+         log: Callable[[str], None] = lambda s: None) -> TuneResult:
+    """Measure up to `config.trials` layouts of the pool and report every trial of the study.
+
+    Raises:
+        SpecError: bad storage, a study made for another problem, an inexpressible template.
+        InfeasibleError: no layout fits.
+    """
+    if config.trials < 0 or candidates < 1 or config.workers < 1:
+        raise SpecError("`--trials` must be >= 0, `--candidates` and `--workers` >= 1")
+    session: TuneSession = open_session(
+        config, lambda: build_pool(config, candidates, space, rules), log)
+    run_workers(session)
+    slug_of = lambda p: (c.slug if (c := session.pool.find(p)) else None)  # noqa: E731
+    rows = collect(session.study, slug_of)
+    cal = None
+    if calibrate:
+        from ..specs.layout import Layout
+
+        pairs = [(Layout.from_slug(r.layout), r.measured_s) for r in rows
+                 if r.measured_s is not None and r.layout]
+        if len(pairs) < 2:
+            raise SpecError(f"`--calibrate` needs at least 2 measured layouts; the study has "
+                            f"{len(pairs)}")
+        cal = fit_profile(config.problem, pairs)
+    return TuneResult(session.study.study_name, config.storage, len(session.pool),
+                      session.measured, rows, best_row(rows), cal)
