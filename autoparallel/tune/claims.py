@@ -25,6 +25,21 @@ from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 TABLE_NAME = "autoparallel_tune_claims"
 
 
+def normalize_url(url: str) -> str:
+    """`postgresql://...` with the psycopg2 driver when psycopg (3), SQLAlchemy 2.1's default
+    PostgreSQL driver, is not installed but psycopg2 (the `postgres` extra) is."""
+    if url.startswith("postgresql://"):
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            try:
+                import psycopg2  # noqa: F401
+            except ImportError:
+                return url
+            return "postgresql+psycopg2://" + url[len("postgresql://"):]
+    return url
+
+
 def worker_id() -> str:
     """`host:pid:thread` of the caller (recorded with each claim and trial)."""
     return f"{socket.gethostname()}:{os.getpid()}:{threading.current_thread().name}"
@@ -69,7 +84,7 @@ class SqlClaims:
 
     def __init__(self, url: str, study: str, engine_kwargs: dict | None = None) -> None:
         self.study = study
-        self.engine = create_engine(url, **(engine_kwargs or {}))
+        self.engine = create_engine(normalize_url(url), **(engine_kwargs or {}))
         meta = MetaData()
         self.table = Table(
             TABLE_NAME, meta,

@@ -7,7 +7,7 @@ Workers: `tune` runs `workers` threads in this process; any number of processes 
 run the same command against the same storage. Each measurement is preceded by a claim
 (`claims.py`), so no layout is measured twice. With a database storage every running trial
 sends a heartbeat; before each new trial a worker fails the trials whose heartbeat is older than
-the grace period (`optuna.storages.fail_stale_trials`) and Optuna's `RetryFailedTrialCallback`
+the grace period (`optuna.storages.fail_stale_trials`) and Optuna's `RetryHeartbeatStaleTrialCallback`
 enqueues a copy of each, which takes over the dead trial's claim and measures the layout again.
 A rerun of the same command resumes the study: finished trials stay, new layouts are measured.
 """
@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import optuna
-from optuna.storages import RDBStorage, RetryFailedTrialCallback, fail_stale_trials
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_stale_trials
 from optuna.trial import TrialState
 
 from ..errors import SpecError
 from ..search.study import PARAM_AXES
 from ..specs.problem import Problem
-from .claims import MemoryClaims, SqlClaims, worker_id
+from .claims import MemoryClaims, SqlClaims, normalize_url, worker_id
 from .command import CommandTemplate, layout_values, render_exports
 from .pool import CandidatePool, CandidateSampler, make_base_sampler
 from .runner import MetricParser, run_measurement
@@ -83,17 +83,26 @@ def open_storage(url: str | None, heartbeat_interval_s: int, grace_period_s: int
         kwargs = {"connect_args": {"timeout": 60}}
     elif url.startswith("postgresql"):
         kwargs = {"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
-    try:
-        storage = RDBStorage(
-            url, engine_kwargs=kwargs, heartbeat_interval=heartbeat_interval_s,
-            grace_period=grace_period_s,
-            heartbeat_stale_trial_callback=RetryFailedTrialCallback(max_retry=max_retry))
-    except ModuleNotFoundError as exc:
-        raise SpecError(f"`--storage` {url!r}: the database driver {exc.name!r} is not installed "
-                        "(for PostgreSQL: pip install 'autoparallel[postgres]')") from None
-    except Exception as exc:  # bad URL, unreachable server, unwritable file, ...
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SpecError(f"`--storage` {url!r}: cannot open the Optuna storage ({first})") from None
+    for attempt in range(6):
+        try:
+            storage = RDBStorage(
+                normalize_url(url), engine_kwargs=kwargs, heartbeat_interval=heartbeat_interval_s,
+                grace_period=grace_period_s,
+                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=max_retry))
+            break
+        except ImportError as exc:
+            raise SpecError(f"`--storage` {url!r}: no database driver for this URL ({exc}); "
+                            "for PostgreSQL: pip install 'autoparallel[postgres]'") from None
+        except Exception as exc:  # bad URL, unreachable server, unwritable file, ...
+            text = str(exc)
+            # workers starting together on a fresh database race to create Optuna's schema:
+            # the loser sees a conflict, and the schema is there when it tries again
+            if attempt < 5 and ("IntegrityError" in type(exc).__name__ or "UNIQUE" in text
+                                or "already exists" in text or "locked" in text):
+                time.sleep(0.2 * (attempt + 1))
+                continue
+            first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+            raise SpecError(f"`--storage` {url!r}: cannot open the Optuna storage ({first})") from None
     return storage, kwargs
 
 

@@ -1,0 +1,112 @@
+"""One measurement: metric parsing and failure classification, with real subprocesses."""
+
+import sys
+import time
+
+import pytest
+
+from autoparallel.errors import SpecError
+from autoparallel.tune.runner import MetricParser, run_measurement
+
+PY = sys.executable
+DEFAULT = MetricParser.compile(None)
+
+
+def py(code: str) -> list[str]:
+    return [PY, "-c", code]
+
+
+def test_default_metric_drops_warmup_and_takes_the_median():
+    text = "step_time_s=9.0\nstep_time_s=1.0\nnoise\nstep_time_s: 1.2\nstep_time_s=1.1e0\n"
+    assert DEFAULT.values_s(text) == [9.0, 1.0, 1.2, 1.1]
+    assert DEFAULT.step_time_s(text) == pytest.approx(1.1)
+    assert DEFAULT.step_time_s("step_time_s=2.5") == 2.5
+    assert DEFAULT.step_time_s("no number here") is None
+
+
+def test_megatron_style_milliseconds_with_a_named_group():
+    m = MetricParser.compile(r"elapsed time per iteration \(ms\): (?P<ms>[0-9.]+)")
+    text = "\n".join(f" iteration {i}/ 10 | elapsed time per iteration (ms): {v} |"
+                     for i, v in enumerate((3000.0, 1500.0, 1510.0, 1490.0)))
+    assert m.step_time_s(text) == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize("regex,needle", [("step_time_s=(", "not a valid regular expression"),
+                                          ("step_time_s=[0-9.]+", "needs a group")])
+def test_bad_metric_regex_is_a_spec_error(regex, needle):
+    with pytest.raises(SpecError, match=needle):
+        MetricParser.compile(regex)
+
+
+def test_success(tmp_path):
+    out = run_measurement(py("print('step_time_s=0.5'); print('step_time_s=0.4')"),
+                          timeout_s=30, metric=DEFAULT, log_path=tmp_path / "log")
+    assert out.failure is None and out.step_time_s == pytest.approx(0.45) and out.returncode == 0
+
+
+def test_cuda_oom_is_recognised(tmp_path):
+    code = ("import sys; print('step_time_s=1.0'); "
+            "sys.stderr.write('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB\\n');"
+            " sys.exit(1)")
+    out = run_measurement(py(code), timeout_s=30, metric=DEFAULT, log_path=tmp_path / "log")
+    assert out.failure == "oom" and "CUDA out of memory" in out.detail and out.returncode == 1
+
+
+def test_plain_out_of_memory_with_exit_zero_but_no_metric_is_oom(tmp_path):
+    out = run_measurement(py("print('RuntimeError: HIP out of memory')"), timeout_s=30,
+                          metric=DEFAULT, log_path=tmp_path / "log")
+    assert out.failure == "oom"
+
+
+def test_crash_is_a_nonzero_exit(tmp_path):
+    out = run_measurement(py("import sys; print('boom'); sys.exit(3)"), timeout_s=30,
+                          metric=DEFAULT, log_path=tmp_path / "log")
+    assert out.failure == "crash" and out.returncode == 3 and "boom" in out.detail
+
+
+def test_missing_program_is_a_crash(tmp_path):
+    out = run_measurement([str(tmp_path / "no-such-launcher")], timeout_s=30, metric=DEFAULT,
+                          log_path=tmp_path / "log")
+    assert out.failure == "crash" and "cannot start" in out.detail
+
+
+def test_clean_exit_without_metric(tmp_path):
+    out = run_measurement(py("print('done')"), timeout_s=30, metric=DEFAULT,
+                          log_path=tmp_path / "log")
+    assert out.failure == "no_metric" and out.returncode == 0
+
+
+def test_timeout_kills_the_whole_process_group(tmp_path):
+    """The job and a grandchild it started are both gone after the timeout."""
+    pidfile = tmp_path / "grandchild.pid"
+    code = ("import subprocess, sys, time; "
+            f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+            f"open({str(pidfile)!r}, 'w').write(str(p.pid)); print('started', flush=True); "
+            "time.sleep(60)")
+    t0 = time.monotonic()
+    out = run_measurement(py(code), timeout_s=1.5, metric=DEFAULT, log_path=tmp_path / "log",
+                          kill_grace_s=1.0)
+    assert out.failure == "timeout" and time.monotonic() - t0 < 20
+    assert "started" in out.detail
+    import os
+
+    gc = int(pidfile.read_text())
+    for _ in range(50):  # the grandchild was killed with its group (gone, or a zombie)
+        try:
+            os.kill(gc, 0)
+            with open(f"/proc/{gc}/stat") as f:
+                if f.read().split()[2] == "Z":
+                    break
+        except (ProcessLookupError, FileNotFoundError):
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the grandchild survived the timeout")
+
+
+def test_output_goes_to_the_log_file(tmp_path):
+    log = tmp_path / "sub" / "output.log"
+    run_measurement(py("import sys; print('out'); sys.stderr.write('err\\n'); print('step_time_s=1')"),
+                    timeout_s=30, metric=DEFAULT, log_path=log)
+    text = log.read_text()
+    assert "out" in text and "err" in text
