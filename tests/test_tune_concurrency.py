@@ -167,3 +167,39 @@ def test_a_worker_killed_mid_trial_loses_nothing_else_and_its_layout_is_retried(
     assert _claim_rows(url, study)[victim_layout] == retry[0].number
     report = json.loads(out)
     assert [r["failure"] for r in report["trials"] if r["state"] == "FAIL"] == ["worker_lost"]
+
+
+def test_sigterm_kills_the_running_job_and_a_rerun_retries_its_layout(tmp_path):
+    url, study = f"sqlite:///{tmp_path / 'study.db'}", "study"
+    world = tmp_path / "world.json"
+    truth = make_world(world, 10, oom_gib=1e9)
+    marker = tmp_path / "hung.json"
+    w = json.loads(world.read_text())
+    w["hang"] = {"layouts": [truth["pool"][0]], "once_marker": str(marker), "sleep_s": 120}
+    world.write_text(json.dumps(w))
+    hb = ["--heartbeat", "1", "--grace", "2"]
+    p = _worker(url, study, world, 3, *hb, "--workdir", str(tmp_path / "wd"))
+    deadline = time.time() + 120
+    while not marker.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and "interrupted" in err
+    job = json.loads(marker.read_text())["pid"]
+    time.sleep(0.5)
+    with pytest.raises(ProcessLookupError):  # the training job went with it
+        os.kill(job, 0)
+    first = _load(url, study).get_trials()
+    # the interrupted trial is not a result: left RUNNING for the heartbeat check; the other
+    # seeds still wait in the queue
+    assert [t.state for t in first] == [TrialState.RUNNING] + [TrialState.WAITING] * 2
+    time.sleep(2.5)
+    rerun = _worker(url, study, world, 3, *hb, "--workdir", str(tmp_path / "wd2"))
+    out, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, err[-2000:]
+    rows = [(r["state"], r["failure"], r["layout"], r["retry_of"]) for r in json.loads(out)["trials"]]
+    assert rows == [("FAIL", "worker_lost", truth["pool"][0], None),
+                    ("COMPLETE", None, truth["pool"][1], None),
+                    ("COMPLETE", None, truth["pool"][2], None),
+                    ("COMPLETE", None, truth["pool"][0], 0)]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -61,6 +63,16 @@ def print_result(res: TuneResult, console: Console) -> None:
                       f"-> {c.rms_log_error_after:.4f} over {c.n_measurements} measurements")
     if res.storage:
         console.print(f"[dim]browse: optuna-dashboard {res.storage}[/dim]")
+
+
+def _sigterm_interrupts() -> None:
+    """SIGTERM (a scheduler ending the job) stops the workers like Ctrl-C: running commands are
+    killed and their trials left to the heartbeat check, which retries them."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
 
 
 @app.command("tune")
@@ -137,9 +149,15 @@ def tune_command(
         seed=seed, heartbeat_interval_s=heartbeat, grace_period_s=grace, max_retry=max_retry,
         workdir=Path(workdir) if workdir else None, env=dict(os.environ),
     )
-    result = tune(config, candidates=candidates, space=sp_space, rules=rules,
-                  calibrate=calibrate or profile_out is not None,
-                  log=lambda s: err.print(f"[dim]{s}[/dim]"))
+    _sigterm_interrupts()
+    try:
+        result = tune(config, candidates=candidates, space=sp_space, rules=rules,
+                      calibrate=calibrate or profile_out is not None,
+                      log=lambda s: err.print(f"[dim]{s}[/dim]"))
+    except KeyboardInterrupt:
+        err.print("interrupted: running measurements were stopped; with a database storage their "
+                  f"trials are retried by the next worker or rerun after {grace} s")
+        raise typer.Exit(130) from None
     if profile_out and result.calibration is not None:
         write_profile(profile_out, result.calibration, problem, result.study_name)
         err.print(f"profile written to {profile_out}")

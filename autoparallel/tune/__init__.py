@@ -2,8 +2,8 @@
 the measurements which one is really fastest.
 
 Modules: `command` (the `--measure` template), `runner` (one measurement as a subprocess),
-`claims` (no layout measured twice), `pool` (candidates and the sampler), `study` (the ask/tell
-loop, storage, heartbeats), `results` (measured vs predicted), `calibrate` (a small profile
+`claims` (no layout measured twice), `pool` (candidates and the sampler), `study` (storage,
+the study, seeding), `loop` (the ask/tell worker loop, heartbeats), `results` (measured vs predicted), `calibrate` (a small profile
 refit).
 
 Example:
@@ -27,7 +27,8 @@ from .calibrate import Calibration, fit_profile
 from .command import CommandTemplate, render_exports
 from .pool import CandidatePool
 from .results import TrialRow, best_row, collect
-from .study import TuneConfig, TuneSession, open_session, run_workers
+from .loop import run_workers
+from .study import TuneConfig, TuneSession, open_session
 
 __all__ = ["TuneConfig", "TuneResult", "tune", "CommandTemplate", "TrialRow"]
 

@@ -13,6 +13,7 @@ import re
 import signal
 import statistics
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,10 @@ OOM_PATTERN = re.compile(
 cuBLAS allocation failures, XLA's RESOURCE_EXHAUSTED)."""
 
 FAILURES = ("oom", "crash", "timeout", "no_metric")
+
+
+class Interrupted(Exception):
+    """The measurement was stopped from outside (`stop` was set); the job has been killed."""
 
 
 @dataclass(frozen=True)
@@ -133,10 +138,12 @@ def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
 
 def run_measurement(argv: Sequence[str], *, timeout_s: float, metric: MetricParser,
                     log_path: Path, env: Mapping[str, str] | None = None,
-                    cwd: Path | None = None, kill_grace_s: float = 5.0) -> Outcome:
+                    cwd: Path | None = None, kill_grace_s: float = 5.0,
+                    stop: threading.Event | None = None) -> Outcome:
     """Run `argv` (no shell), wait at most `timeout_s`, and classify the result.
 
     A program that cannot be started (not found, not executable) is a `crash` with the reason.
+    When `stop` is set while the job runs, the job is killed and `Interrupted` is raised.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -151,11 +158,20 @@ def run_measurement(argv: Sequence[str], *, timeout_s: float, metric: MetricPars
             msg = f"cannot start {argv[0]!r}: {exc.strerror or exc}"
             log.write(msg.encode())
             return Outcome(None, "crash", msg, None, time.perf_counter() - t0, log_path)
+        deadline = time.monotonic() + timeout_s
         try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc, kill_grace_s)
+            while proc.poll() is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    _kill_group(proc, kill_grace_s)
+                    break
+                if stop is not None and stop.is_set():
+                    raise Interrupted(f"stopped while running {argv[0]!r}")
+                try:
+                    proc.wait(timeout=min(left, 0.2))
+                except subprocess.TimeoutExpired:
+                    pass
         except BaseException:  # interrupted: never leave the job running
             _kill_group(proc, 0.5)
             raise

@@ -24,20 +24,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import optuna
-from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback, fail_stale_trials
-from optuna.trial import TrialState
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 
 from ..errors import SpecError
-from ..search.study import PARAM_AXES
 from ..specs.problem import Problem
-from .claims import MemoryClaims, SqlClaims, normalize_url, worker_id
-from .command import CommandTemplate, layout_values, render_exports
+from .claims import MemoryClaims, SqlClaims, normalize_url
+from .command import CommandTemplate
 from .pool import CandidatePool, CandidateSampler, make_base_sampler
-from .runner import MetricParser, run_measurement
+from .runner import MetricParser
 
 SEEDED = "__seeded__"  # claim key: the worker holding it enqueues the seed layouts
 SEEDED_DONE = "__seeded_done__"
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+# heartbeats are sent by `loop._Heartbeat` (Optuna's own thread only runs inside optimize())
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
 
 
 @dataclass
@@ -120,6 +120,9 @@ class TuneSession:
     _budget: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
     measured: int = 0
+    """Trials this invocation measured."""
+    stop: threading.Event = field(default_factory=threading.Event)
+    """Set to stop the workers (Ctrl-C, SIGTERM, an error in one of them)."""
 
     def take_ticket(self) -> bool:
         with self._lock:
@@ -177,140 +180,3 @@ def open_session(config: TuneConfig, make_pool: Callable[[], CandidatePool],
     session = TuneSession(config, study, pool, claims, rdb, Path(workdir), log)
     session._budget = config.trials
     return session
-
-
-def _exhausted(s: TuneSession) -> bool:
-    waiting = s.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
-    claimed = {k for k in s.claims.keys() if k in s.pool.by_slug}
-    return not waiting and len(claimed) >= len(s.pool)
-
-
-def _lost(trial: optuna.trial.FrozenTrial) -> bool:
-    """A trial failed by the heartbeat check (its worker died), not by its measurement."""
-    return trial.state == TrialState.FAIL and "failure" not in trial.user_attrs
-
-
-def _hold_claim(s: TuneSession, slug: str, number: int) -> bool:
-    """True when trial `number` holds (or could take over) the claim on `slug`."""
-    if s.claims.claim(slug, number):
-        return True
-    owner = s.claims.owner(slug)
-    if owner == number:
-        return True
-    if owner is None or owner < 0:
-        return False
-    prev = s.study.get_trials(deepcopy=False)
-    prev_trial = next((t for t in prev if t.number == owner), None)
-    return prev_trial is not None and _lost(prev_trial) and s.claims.transfer(slug, owner, number)
-
-
-class _Heartbeat:
-    """Records the trial's heartbeat every interval while the measurement runs."""
-
-    def __init__(self, rdb: RDBStorage | None, trial_id: int, interval_s: float) -> None:
-        self.rdb, self.trial_id, self.interval_s = rdb, trial_id, interval_s
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self.stop.wait(self.interval_s):
-            try:
-                self.rdb.record_heartbeat(self.trial_id)
-            except Exception:  # a transient database error must not kill the measurement
-                pass
-
-    def __enter__(self):
-        if self.rdb is not None:
-            self.rdb.record_heartbeat(self.trial_id)
-            self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-
-
-def _drop(s: TuneSession, trial, reason: str, detail: str) -> None:
-    """Finish a trial that measured nothing (no layout of its own) as failed, with the reason."""
-    trial.set_user_attr("failure", reason)
-    trial.set_user_attr("failure_detail", detail)
-    s.study.tell(trial, state=TrialState.FAIL)
-
-
-def measure_one(s: TuneSession) -> str:
-    """Ask for a trial, claim its layout, run the command, tell the result.
-
-    Returns "measured", "dropped" (the trial got no layout of its own and measured nothing) or
-    "exhausted" (every pool layout is claimed)."""
-    cfg = s.config
-    fail_stale_trials(s.study)
-    if _exhausted(s):
-        return "exhausted"
-    trial = s.study.ask()
-    with _Heartbeat(s.rdb, trial._trial_id, cfg.heartbeat_interval_s):
-        params = {a: trial.suggest_categorical(a, s.pool.distributions[a].choices)
-                  for a in PARAM_AXES}
-        cand = s.pool.find(params)
-        if cand is None:
-            _drop(s, trial, "not_a_candidate", f"params {params} are not in the candidate pool")
-            return "dropped"
-        if not _hold_claim(s, cand.slug, trial.number):
-            _drop(s, trial, "duplicate",
-                  f"{cand.slug} is claimed by trial {s.claims.owner(cand.slug)}; not measured")
-            return "exhausted" if _exhausted(s) else "dropped"
-        for k, v in (("layout", cand.slug), ("predicted_s", cand.predicted_s),
-                     ("predicted_rank", cand.rank), ("memory_gib", cand.memory_gib),
-                     ("worker", worker_id())):
-            trial.set_user_attr(k, v)
-        trial_dir = s.workdir / f"trial-{trial.number:05d}-{cand.slug}"
-        trial_dir.mkdir(parents=True, exist_ok=True)
-        values: dict = layout_values(cfg.problem, cand.layout, trial=trial.number,
-                                     study=s.study.study_name, trial_dir=trial_dir,
-                                     grad_accum=cand.grad_accum)
-        values |= render_exports(cfg.template, cfg.problem, cand.layout, trial_dir)
-        argv = cfg.template.render(values)
-        env = dict(cfg.env) if cfg.env is not None else None
-        s.log(f"trial {trial.number}: {cand.slug} (predicted {cand.predicted_s:.4g} s, "
-              f"rank {cand.rank})")
-        out = run_measurement(argv, timeout_s=cfg.timeout_s, metric=cfg.metric,
-                              log_path=trial_dir / "output.log", env=env, cwd=None)
-        trial.set_user_attr("wall_s", out.wall_s)
-        trial.set_user_attr("log", str(out.log_path))
-        if out.returncode is not None:
-            trial.set_user_attr("returncode", out.returncode)
-        if out.failure is None:
-            s.study.tell(trial, out.step_time_s)
-            s.log(f"trial {trial.number}: {cand.slug} measured {out.step_time_s:.4g} s")
-        else:
-            _drop(s, trial, out.failure, out.detail)
-            s.log(f"trial {trial.number}: {cand.slug} failed ({out.failure}): {out.detail}")
-    with s._lock:
-        s.measured += 1
-    return "measured"
-
-
-def run_workers(s: TuneSession, max_drops: int = 50) -> None:
-    """Run `config.workers` threads until the budget is spent or the pool is exhausted."""
-    errors: list[BaseException] = []
-
-    def work() -> None:
-        drops = 0
-        try:
-            while drops < max_drops and s.take_ticket():
-                status = measure_one(s)
-                if status != "measured":
-                    s.give_back_ticket()
-                if status == "exhausted":
-                    break
-                drops = drops + 1 if status == "dropped" else 0
-        except BaseException as exc:  # surfaced after the other threads stop
-            errors.append(exc)
-            with s._lock:
-                s._budget = 0
-
-    threads = [threading.Thread(target=work, name=f"w{i}") for i in range(max(1, s.config.workers))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]

@@ -1,0 +1,191 @@
+"""The worker loop: ask a trial, hold the claim on its layout, send heartbeats, run the command,
+tell the result.
+
+The invariant behind "no layout measured twice": a command runs only for a trial that holds the
+claim on its layout (`claims.py`). Claims are taken by the sampler (`pool.CandidateSampler`) for
+proposed layouts, by `_hold_claim` for enqueued ones (the seeds), and moved only from a trial
+whose worker died (failed by the heartbeat check, no `failure` attribute) to its retry.
+
+Stopping: Ctrl-C or SIGTERM sets `TuneSession.stop`; running jobs are killed and their trials
+are left RUNNING, so that with a database storage the heartbeat check fails them after the grace
+period and a retry measures the layout again (an interrupted measurement is not a result).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import optuna
+from optuna.storages import RDBStorage, fail_stale_trials
+from optuna.trial import TrialState
+
+from ..errors import AutoParallelError
+from ..search.study import PARAM_AXES
+from .claims import worker_id
+from .command import layout_values, render_exports
+from .runner import Interrupted, run_measurement
+from .study import TuneSession
+
+
+def _exhausted(s: TuneSession) -> bool:
+    waiting = s.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    claimed = {k for k in s.claims.keys() if k in s.pool.by_slug}
+    return not waiting and len(claimed) >= len(s.pool)
+
+
+def _lost(trial: optuna.trial.FrozenTrial) -> bool:
+    """A trial failed by the heartbeat check (its worker died), not by its measurement."""
+    return trial.state == TrialState.FAIL and "failure" not in trial.user_attrs
+
+
+def _hold_claim(s: TuneSession, slug: str, number: int) -> bool:
+    """True when trial `number` holds the claim on `slug`: it already did (the sampler claimed
+    it), it claims it now, or it takes it over from a trial whose worker died."""
+    if s.claims.claim(slug, number):
+        return True
+    owner = s.claims.owner(slug)
+    if owner == number:
+        return True
+    if owner is None or owner < 0:
+        return False
+    prev = next((t for t in s.study.get_trials(deepcopy=False) if t.number == owner), None)
+    return prev is not None and _lost(prev) and s.claims.transfer(slug, owner, number)
+
+
+class _Heartbeat:
+    """Records the trial's heartbeat every interval while it runs (database storage only)."""
+
+    def __init__(self, rdb: RDBStorage | None, trial_id: int, interval_s: float) -> None:
+        self.rdb, self.trial_id, self.interval_s = rdb, trial_id, interval_s
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.interval_s):
+            try:
+                self.rdb.record_heartbeat(self.trial_id)
+            except Exception:  # a transient database error must not end the measurement
+                pass
+
+    def __enter__(self):
+        if self.rdb is not None:
+            self.rdb.record_heartbeat(self.trial_id)
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+
+
+def _drop(s: TuneSession, trial, reason: str, detail: str) -> None:
+    """Finish a trial as failed, with the reason (`failure`) and detail as user attributes."""
+    trial.set_user_attr("failure", reason)
+    trial.set_user_attr("failure_detail", detail)
+    s.study.tell(trial, state=TrialState.FAIL)
+
+
+def measure_one(s: TuneSession) -> str:
+    """Ask for a trial, claim its layout, run the command, tell the result.
+
+    Returns "measured" (a result or a failure of the layout's own command), "dropped" (the trial
+    got no layout of its own and ran nothing) or "exhausted" (every pool layout is claimed).
+    Raises `Interrupted` when the session is stopped mid-measurement."""
+    fail_stale_trials(s.study)
+    if _exhausted(s):
+        return "exhausted"
+    trial = s.study.ask()
+    with _Heartbeat(s.rdb, trial._trial_id, s.config.heartbeat_interval_s):
+        params = {a: trial.suggest_categorical(a, s.pool.distributions[a].choices)
+                  for a in PARAM_AXES}
+        cand = s.pool.find(params)
+        if cand is None:
+            _drop(s, trial, "not_a_candidate", f"params {params} are not in the candidate pool")
+            return "dropped"
+        if not _hold_claim(s, cand.slug, trial.number):
+            _drop(s, trial, "duplicate",
+                  f"{cand.slug} is claimed by trial {s.claims.owner(cand.slug)}; not measured")
+            return "exhausted" if _exhausted(s) else "dropped"
+        _measure(s, trial, cand)
+    with s._lock:
+        s.measured += 1
+    return "measured"
+
+
+def _measure(s: TuneSession, trial, cand) -> None:
+    """Render the command for `cand`, run it, and tell the outcome (the trial holds the claim)."""
+    cfg = s.config
+    for k, v in (("layout", cand.slug), ("predicted_s", cand.predicted_s),
+                 ("predicted_rank", cand.rank), ("memory_gib", cand.memory_gib),
+                 ("worker", worker_id())):
+        trial.set_user_attr(k, v)
+    trial_dir = s.workdir / f"trial-{trial.number:05d}-{cand.slug}"
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    values: dict = layout_values(cfg.problem, cand.layout, trial=trial.number,
+                                 study=s.study.study_name, trial_dir=trial_dir,
+                                 grad_accum=cand.grad_accum)
+    try:
+        values |= render_exports(cfg.template, cfg.problem, cand.layout, trial_dir)
+    except AutoParallelError as exc:  # e.g. a pool stored by a run with another template
+        _drop(s, trial, "export", str(exc))
+        s.log(f"trial {trial.number}: {cand.slug} cannot be rendered: {exc}")
+        return
+    argv = cfg.template.render(values)
+    env = dict(cfg.env if cfg.env is not None else os.environ)
+    env |= {"AUTOPARALLEL_LAYOUT": cand.slug, "AUTOPARALLEL_TRIAL": str(trial.number),
+            "AUTOPARALLEL_STUDY": s.study.study_name}
+    s.log(f"trial {trial.number}: {cand.slug} (predicted {cand.predicted_s:.4g} s, "
+          f"rank {cand.rank})")
+    out = run_measurement(argv, timeout_s=cfg.timeout_s, metric=cfg.metric,
+                          log_path=trial_dir / "output.log", env=env, stop=s.stop)
+    trial.set_user_attr("wall_s", out.wall_s)
+    trial.set_user_attr("log", str(out.log_path))
+    if out.returncode is not None:
+        trial.set_user_attr("returncode", out.returncode)
+    if out.failure is None:
+        s.study.tell(trial, out.step_time_s)
+        s.log(f"trial {trial.number}: {cand.slug} measured {out.step_time_s:.4g} s")
+    else:
+        _drop(s, trial, out.failure, out.detail)
+        s.log(f"trial {trial.number}: {cand.slug} failed ({out.failure}): {out.detail}")
+
+
+def run_workers(s: TuneSession, max_drops: int = 50) -> None:
+    """Run `config.workers` threads until the budget is spent, the pool is exhausted, or the
+    session is stopped (KeyboardInterrupt in the calling thread stops it and is re-raised)."""
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        drops = 0
+        try:
+            while drops < max_drops and not s.stop.is_set() and s.take_ticket():
+                status = measure_one(s)
+                if status != "measured":
+                    s.give_back_ticket()
+                if status == "exhausted":
+                    break
+                drops = drops + 1 if status == "dropped" else 0
+        except Interrupted:
+            pass
+        except BaseException as exc:  # surfaced after the other threads stop
+            errors.append(exc)
+            s.stop.set()
+
+    threads = [threading.Thread(target=work, name=f"w{i}", daemon=True)
+               for i in range(max(1, s.config.workers))]
+    for t in threads:
+        t.start()
+    # poll rather than join: a signal interrupting Thread.join can leave the thread looking
+    # finished while it still runs, and the workers must get to kill their jobs
+    try:
+        while any(t.is_alive() for t in threads):
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        s.stop.set()
+        deadline = time.monotonic() + 30
+        while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        raise
+    if errors:
+        raise errors[0]
