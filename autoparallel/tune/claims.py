@@ -7,6 +7,12 @@ hosts — that try to claim the same layout race on one INSERT; the database let
 succeed (the other gets a primary-key violation and moves on to another layout). Nothing is
 checked and then written, so there is no window between the check and the claim.
 
+A claim names the trial *and the execution* holding it: the trial number plus a token unique to
+one attempt of one worker (`new_token`). The token matters because Optuna cannot always give a
+queued trial to one worker only: on SQLite, which ignores SELECT ... FOR UPDATE, two workers can
+both pop the same enqueued trial. Both then see their own trial number on the claim, but only
+the one whose token is on it runs the command; the other leaves the trial alone.
+
 A claim moves only by compare-and-swap (`transfer`: UPDATE ... WHERE trial_number = old), which
 `tune` uses for one purpose: the retry of a trial whose worker died (heartbeat lost) takes over
 the dead trial's claim. In-memory studies use a dict under a lock instead.
@@ -18,6 +24,7 @@ import os
 import socket
 import threading
 import time
+import uuid
 
 from sqlalchemy import Column, Float, Integer, MetaData, String, Table, create_engine, insert, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
@@ -45,32 +52,46 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.current_thread().name}"
 
 
+_local = threading.local()
+
+
+def new_token() -> str:
+    """Start a new attempt in this thread: claims taken from now on carry a fresh token."""
+    _local.token = f"{worker_id()}:{uuid.uuid4().hex[:12]}"
+    return _local.token
+
+
+def current_token() -> str:
+    """The token of this thread's current attempt."""
+    return getattr(_local, "token", None) or new_token()
+
+
 class MemoryClaims:
     """Claims for a single process (in-memory study)."""
 
     def __init__(self) -> None:
-        self._owners: dict[str, int] = {}
+        self._owners: dict[str, tuple[int, str]] = {}
         self._lock = threading.Lock()
 
     def claim(self, key: str, trial_number: int) -> bool:
-        """Claim `key` for `trial_number`; False when someone holds it already."""
+        """Claim `key` for `trial_number` and this attempt; False when someone holds it."""
         with self._lock:
             if key in self._owners:
                 return False
-            self._owners[key] = trial_number
+            self._owners[key] = (trial_number, current_token())
             return True
 
-    def owner(self, key: str) -> int | None:
-        """Trial number holding `key`, or None."""
+    def owner(self, key: str) -> tuple[int, str] | None:
+        """(trial number, attempt token) holding `key`, or None."""
         with self._lock:
             return self._owners.get(key)
 
     def transfer(self, key: str, old: int, new: int) -> bool:
-        """Move `key` from trial `old` to trial `new` if `old` still holds it."""
+        """Move `key` from trial `old` to trial `new` (this attempt) if `old` still holds it."""
         with self._lock:
-            if self._owners.get(key) != old:
+            if key not in self._owners or self._owners[key][0] != old:
                 return False
-            self._owners[key] = new
+            self._owners[key] = (new, current_token())
             return True
 
     def keys(self) -> set[str]:
@@ -91,7 +112,7 @@ class SqlClaims:
             Column("study", String(512), primary_key=True),
             Column("key", String(512), primary_key=True),
             Column("trial_number", Integer, nullable=False),
-            Column("worker", String(256)),
+            Column("token", String(300)),
             Column("claimed_at", Float),
         )
         for attempt in range(5):  # several workers may create the table at the same moment
@@ -119,24 +140,26 @@ class SqlClaims:
         return None
 
     def claim(self, key: str, trial_number: int) -> bool:
-        """Claim `key` for `trial_number` (one INSERT); False when someone holds it already."""
+        """Claim `key` for `trial_number` and this attempt (one INSERT); False when someone
+        holds it already."""
         stmt = insert(self.table).values(study=self.study, key=key, trial_number=trial_number,
-                                         worker=worker_id(), claimed_at=time.time())
+                                         token=current_token(), claimed_at=time.time())
         return self._write(stmt) == 1
 
-    def owner(self, key: str) -> int | None:
-        """Trial number holding `key`, or None."""
+    def owner(self, key: str) -> tuple[int, str] | None:
+        """(trial number, attempt token) holding `key`, or None."""
         t = self.table
         with self.engine.connect() as conn:
-            row = conn.execute(select(t.c.trial_number).where(
+            row = conn.execute(select(t.c.trial_number, t.c.token).where(
                 t.c.study == self.study, t.c.key == key)).first()
-        return None if row is None else int(row[0])
+        return None if row is None else (int(row[0]), str(row[1]))
 
     def transfer(self, key: str, old: int, new: int) -> bool:
-        """Compare-and-swap: move `key` from trial `old` to `new` if `old` still holds it."""
+        """Compare-and-swap: move `key` from trial `old` to trial `new` (this attempt) if `old`
+        still holds it."""
         t = self.table
         stmt = (update(t).where(t.c.study == self.study, t.c.key == key, t.c.trial_number == old)
-                .values(trial_number=new, worker=worker_id(), claimed_at=time.time()))
+                .values(trial_number=new, token=current_token(), claimed_at=time.time()))
         return self._write(stmt) == 1
 
     def keys(self) -> set[str]:

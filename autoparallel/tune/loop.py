@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 
 from ..errors import AutoParallelError
 from ..search.study import PARAM_AXES
-from .claims import worker_id
+from .claims import current_token, new_token, worker_id
 from .command import layout_values, render_exports
 from .runner import Interrupted, run_measurement
 from .study import TuneSession
@@ -40,18 +40,26 @@ def _lost(trial: optuna.trial.FrozenTrial) -> bool:
     return trial.state == TrialState.FAIL and "failure" not in trial.user_attrs
 
 
-def _hold_claim(s: TuneSession, slug: str, number: int) -> bool:
-    """True when trial `number` holds the claim on `slug`: it already did (the sampler claimed
-    it), it claims it now, or it takes it over from a trial whose worker died."""
+def _hold_claim(s: TuneSession, slug: str, number: int) -> str:
+    """Whether this attempt may measure `slug` for trial `number`: "held" when it holds the
+    claim (the sampler took it, it takes it now, or it takes it over from a trial whose worker
+    died); "other_attempt" when another worker runs this very trial (it popped the same queued
+    trial); "taken" when another trial holds the layout."""
     if s.claims.claim(slug, number):
-        return True
+        return "held"
     owner = s.claims.owner(slug)
-    if owner == number:
-        return True
-    if owner is None or owner < 0:
-        return False
-    prev = next((t for t in s.study.get_trials(deepcopy=False) if t.number == owner), None)
-    return prev is not None and _lost(prev) and s.claims.transfer(slug, owner, number)
+    if owner is None:
+        return "taken"
+    held_by, token = owner
+    if held_by == number:
+        return "held" if token == current_token() else "other_attempt"
+    if held_by < 0:
+        return "taken"
+    prev = next((t for t in s.study.get_trials(deepcopy=False) if t.number == held_by), None)
+    if prev is not None and _lost(prev) and s.claims.transfer(slug, held_by, number):
+        return "held"
+    owner = s.claims.owner(slug)  # lost the takeover race: was it to another attempt of ours?
+    return "other_attempt" if owner is not None and owner[0] == number else "taken"
 
 
 class _Heartbeat:
@@ -92,21 +100,29 @@ def measure_one(s: TuneSession) -> str:
     Returns "measured" (a result or a failure of the layout's own command), "dropped" (the trial
     got no layout of its own and ran nothing) or "exhausted" (every pool layout is claimed).
     Raises `Interrupted` when the session is stopped mid-measurement."""
+    new_token()
     fail_stale_trials(s.study)
     if _exhausted(s):
         return "exhausted"
     trial = s.study.ask()
     with _Heartbeat(s.rdb, trial._trial_id, s.config.heartbeat_interval_s):
-        params = {a: trial.suggest_categorical(a, s.pool.distributions[a].choices)
-                  for a in PARAM_AXES}
-        cand = s.pool.find(params)
-        if cand is None:
-            _drop(s, trial, "not_a_candidate", f"params {params} are not in the candidate pool")
+        try:
+            params = {a: trial.suggest_categorical(a, s.pool.distributions[a].choices)
+                      for a in PARAM_AXES}
+            cand = s.pool.find(params)
+            if cand is None:
+                _drop(s, trial, "not_a_candidate", f"params {params} are not in the pool")
+                return "dropped"
+            hold = _hold_claim(s, cand.slug, trial.number)
+            if hold == "taken":
+                owner = s.claims.owner(cand.slug)
+                _drop(s, trial, "duplicate", f"{cand.slug} is claimed by trial "
+                      f"{owner[0] if owner else '?'}; not measured")
+                return "exhausted" if _exhausted(s) else "dropped"
+        except optuna.exceptions.UpdateFinishedTrialError:
+            hold = "other_attempt"  # another worker popped this queued trial and finished it
+        if hold == "other_attempt":  # another worker runs this very trial: leave it alone
             return "dropped"
-        if not _hold_claim(s, cand.slug, trial.number):
-            _drop(s, trial, "duplicate",
-                  f"{cand.slug} is claimed by trial {s.claims.owner(cand.slug)}; not measured")
-            return "exhausted" if _exhausted(s) else "dropped"
         _measure(s, trial, cand)
     with s._lock:
         s.measured += 1
@@ -139,6 +155,17 @@ def _measure(s: TuneSession, trial, cand) -> None:
           f"rank {cand.rank})")
     out = run_measurement(argv, timeout_s=cfg.timeout_s, metric=cfg.metric,
                           log_path=trial_dir / "output.log", env=env, stop=s.stop)
+    try:
+        _record(s, trial, cand, out)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        # another worker failed this trial as stale (our heartbeats came later than --grace):
+        # its retry owns the layout now, so this result is not recorded
+        s.log(f"trial {trial.number}: {cand.slug}: declared lost by the heartbeat check while it "
+              "ran (heartbeats late: raise --grace); the result goes unrecorded and the retry "
+              "measures the layout")
+
+
+def _record(s: TuneSession, trial, cand, out) -> None:
     trial.set_user_attr("wall_s", out.wall_s)
     trial.set_user_attr("log", str(out.log_path))
     if out.returncode is not None:
