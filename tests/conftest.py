@@ -22,3 +22,14 @@ def run_cli(*args, input_text=None, cwd=None):
         [sys.executable, "-m", "autoparallel", *map(str, args)],
         capture_output=True, text=True, input=input_text, cwd=cwd, timeout=300,
     )
+
+
+def with_args(base, args):
+    """`base` argv with each `--flag value` pair of `args` replacing or appending."""
+    argv = list(base)
+    for i in range(0, len(args), 2):
+        if args[i] in argv:
+            argv[argv.index(args[i]) + 1] = args[i + 1]
+        else:
+            argv += args[i:i + 2]
+    return argv

@@ -12,7 +12,7 @@ import pytest
 
 from autoparallel.output.frames import SWEEP_COLUMNS
 from autoparallel.schema import PlanOut
-from conftest import run_cli
+from conftest import run_cli, with_args
 
 P70 = ["--model", "llama3-70b", "--gpu", "h100", "--gpus", "64", "--seq-len", "8192",
        "--global-batch", "512"]
@@ -105,12 +105,7 @@ def test_plan_pareto_objectives():
     (["--recompute", "some"], "`--recompute`"),
 ])
 def test_plan_bad_input(args, needle):
-    argv = list(P70)
-    for i in range(0, len(args), 2):
-        if args[i] in argv:
-            argv[argv.index(args[i]) + 1] = args[i + 1]
-        else:
-            argv += args[i:i + 2]
+    argv = with_args(P70, args)
     r = run_cli("plan", *argv)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert needle in r.stderr and "Traceback" not in r.stderr
