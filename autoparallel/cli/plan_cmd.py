@@ -80,8 +80,11 @@ def print_plan(result, console: Console) -> None:
         counts = ", ".join(f"{k} {v:,}" for k, v in sorted(result.reject_counts.items(), key=lambda kv: -kv[1]))
         console.print(f"[dim]rejected by rule (a layout may break several): {counts}[/dim]")
     if result.study is not None:
-        console.print(f"[dim]Optuna study {result.study.study_name!r}: {result.kept:,} of "
-                      f"{result.n_fit:,} fitting layouts stored as trials[/dim]")
+        where = "in memory" if result.storage is None else result.storage
+        more = (f"; the best {result.kept:,} of {result.n_fit:,} fitting layouts (raise --keep "
+                "for more)") if result.kept < result.n_fit else ""
+        console.print(f"[dim]Optuna study {result.study.study_name!r} ({where}): "
+                      f"{len(result.study.trials):,} trials{more}[/dim]")
 
 
 @app.command("plan")
@@ -130,8 +133,10 @@ def plan_command(
 
         run_pareto(problem, sp_space, rules, objectives[1], top, fmt, storage, study)
         return
+    if keep < 0:
+        raise SpecError(f"`--keep` = {keep}: must be 0 (no Optuna study) or more")
     result = plan(problem, sp_space, top=top, rules=rules, keep=keep, storage=storage,
-                  study_name=study)
+                  study_name=study, with_study=keep > 0)
     if fmt == Fmt.json:
         typer.echo(json.dumps(result.to_json(), indent=2))
     elif fmt == Fmt.csv:

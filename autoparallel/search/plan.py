@@ -39,7 +39,9 @@ class PlanResult:
     study: object | None = None
     """The Optuna study holding the kept survivors as trials (when requested)."""
     kept: int = 0
-    """Survivors stored as Optuna trials (at most `keep`)."""
+    """Survivors added as Optuna trials by this call (at most `keep`)."""
+    storage: str | None = None
+    """Optuna storage URL, None for in memory."""
 
     def records(self) -> list[dict]:
         """Ranked layouts in the estimate JSON schema plus `rank`."""
@@ -143,6 +145,7 @@ def plan(
         from .study import study_from_survivors
 
         result.study, result.kept = study_from_survivors(result, keep, storage, study_name)
+        result.storage = storage
     result.search_s = time.perf_counter() - t0
     return result
 
