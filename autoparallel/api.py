@@ -21,17 +21,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from pydantic import ValidationError
 
 from .errors import InfeasibleError, SpecError, format_validation_error
 from .problem import make_problem
-from .schema import EstimateOut, PlanOut
-from .search.plan import PlanResult
 from .specs.layout import Layout
 from .specs.problem import Problem
+
+if TYPE_CHECKING:  # imported lazily: `import autoparallel` stays light for the CLI
+    import pandas as pd
+
+    from .schema import EstimateOut, PlanOut
+    from .search.plan import PlanResult
 
 PROBLEM_OPTIONS = ("gpus_per_node", "profile", "intra_gb_per_s", "inter_gb_per_s",
                    "intra_latency_us", "inter_latency_us", "grad_dtype", "usable_fraction",
@@ -138,6 +141,7 @@ def plan(problem: Problem | None = None, *, top: int = 10, space=None, rules=Non
     Returns:
         A `PlanReport`; `report.layout(1)` is the fastest layout, `report.frame` a DataFrame.
     """
+    from .schema import PlanOut
     from .search.plan import plan as search
 
     if top < 1:
@@ -166,6 +170,8 @@ def estimate(problem: Problem | None = None, layout: Layout | str | Mapping | No
 def estimate_out(problem: Problem | None = None, layout: Layout | str | Mapping | None = None, *,
                  rules=None, **problem_args: Any) -> EstimateOut:
     """`estimate` as the typed `EstimateOut` model (attribute access, `.model_dump_json()`)."""
+    from .schema import EstimateOut
+
     return EstimateOut.model_validate(estimate(problem, layout, rules=rules, **problem_args))
 
 
