@@ -151,7 +151,7 @@ class PlanOut(_Out):
     schema_version: str
     """`SCHEMA_VERSION` of this output."""
     problem: ProblemOut
-    """The planned problem."""
+    """What was planned: model, GPU kind and count, sequence length, global batch."""
     n_layouts: int
     """Layouts enumerated."""
     n_valid: int
