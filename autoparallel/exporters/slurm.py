@@ -37,7 +37,8 @@ class SlurmExporter(Exporter):
                         + ["Submit with: sbatch THIS.sh [more Megatron-LM arguments]"])
         body = [
             "set -euo pipefail",
-            'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+            '# sed reads the whole list: with pipefail, head could fail the script through SIGPIPE',
+            'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
         ] + environment(job)
         torchrun = [["srun", "torchrun", "--nnodes", job.n_nodes,
                      "--nproc-per-node", job.gpus_per_node, "--rdzv-id", Raw('"$SLURM_JOB_ID"'),

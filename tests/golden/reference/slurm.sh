@@ -13,7 +13,8 @@
 # append those Megatron-LM arguments after this script's name (they reach "$@").
 # Submit with: sbatch THIS.sh [more Megatron-LM arguments]
 set -euo pipefail
-HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+# sed reads the whole list: with pipefail, head could fail the script through SIGPIPE
+HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 srun torchrun --nnodes 8 --nproc-per-node 8 --rdzv-id "$SLURM_JOB_ID" --rdzv-backend c10d \
   --rdzv-endpoint "$HEAD_NODE:29500" pretrain_gpt.py \
