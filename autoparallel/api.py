@@ -153,10 +153,11 @@ def plan(problem: Problem | None = None, *, top: int = 10, space=None, rules=Non
                       frame=result.to_frame(), layouts=layouts, result=result)
 
 
-def estimate(problem: Problem | None = None, layout: Layout | str | Mapping | None = None, *,
+def estimate(problem: Problem | None = None, layout: Layout | str | Mapping | None = None,
              rules=None, **problem_args: Any) -> dict:
     """Memory (GiB) and time (s) of one layout as the estimate JSON dict
-    (`autoparallel schema estimate`). `estimate(problem, layout)` is the historical call.
+    (`autoparallel schema estimate`). `estimate(problem, layout, rules=None)` is the historical
+    call of `autoparallel.evaluate.estimate`, kept as is.
 
     Raises:
         SpecError: bad problem or layout, or a layout that breaks a rule other than memory (not

@@ -214,3 +214,23 @@ def test_deepspeed_writes_every_pure_data_parallel_layout(name):
         layout = table.row(int(i))
         got = deepspeed_layout(render("deepspeed", problem, layout), problem.cluster.n_gpus)
         assert_same_layout(got, problem, layout, "deepspeed")
+
+
+@pytest.mark.parametrize("name", list(EXPORTERS))
+def test_exporter_contract(name):
+    """Registry entries follow the `Exporter` contract: name, suffix, summary, check -> list of
+    reasons, render -> text in the suffix's format (or ExportError with the reasons)."""
+    exporter = EXPORTERS[name]
+    assert exporter.name == name and exporter.suffix in (".sh", ".toml", ".json", ".yaml")
+    assert exporter.summary
+    small = make_problem("llama3-8b", "h100", 8, seq_len=4096, global_batch=64)
+    layout = Layout(zero=1)  # plain data parallelism: every target can express it
+    assert exporter.check(small, layout) == []
+    text = exporter.render(small, layout)
+    assert text == render(name, small, layout) and text.endswith("\n")
+    if exporter.suffix == ".sh":
+        assert text.startswith("#!")
+    bad = Layout(tp=3)
+    assert exporter.check(small, bad) and all(isinstance(r, str) for r in exporter.check(small, bad))
+    with pytest.raises(ExportError):
+        exporter.render(small, bad)
