@@ -222,3 +222,16 @@ def test_time_memory_front_is_non_dominated():
 def test_divisors():
     assert divisors(12).tolist() == [1, 2, 3, 4, 6, 12]
     assert divisors(1).tolist() == [1]
+
+
+def test_plan_target_keeps_only_launchable_layouts():
+    from autoparallel.exporters import check
+
+    p = make_problem("llama3-70b", "h100", 64, 8192, 512)
+    free = plan(p, top=20)
+    mega = plan(p, top=20, target="megatron")
+    assert any(check("megatron", p, free.ranked.table.row(i)) for i in range(len(free.ranked)))
+    assert all(not check("megatron", p, mega.ranked.table.row(i)) for i in range(len(mega.ranked)))
+    assert mega.n_fit + mega.reject_counts["target_megatron"] == free.n_fit
+    ds = plan(p, target="deepspeed")  # 70B cannot fit with pure data parallelism on 64 x 80 GB
+    assert ds.n_fit == 0 and ds.reject_counts["target_deepspeed"] > 0

@@ -107,6 +107,7 @@ def plan_command(
     allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let TP groups span nodes.")] = False,
     ep_in_node: Annotated[bool, typer.Option(help="Require tp x ep inside one node.")] = False,
     objective: Annotated[str, typer.Option(help="time, or a Pareto front: time,memory or time,gpus.")] = "time",
+    target: Annotated[Optional[str], typer.Option(help="Keep only layouts this launcher can run (megatron, torchtitan, deepspeed, nanotron, slurm).", show_default=False)] = None,
     keep: Annotated[int, typer.Option(help="Fitting layouts stored as Optuna trials.")] = 1000,
     storage: Annotated[Optional[str], typer.Option(help="Optuna storage URL (sqlite:///plan.db, postgresql://...).", show_default=False)] = None,
     study: Annotated[Optional[str], typer.Option(help="Optuna study name.", show_default=False)] = None,
@@ -136,7 +137,7 @@ def plan_command(
     if keep < 0:
         raise SpecError(f"`--keep` = {keep}: must be 0 (no Optuna study) or more")
     result = plan(problem, sp_space, top=top, rules=rules, keep=keep, storage=storage,
-                  study_name=study, with_study=keep > 0)
+                  study_name=study, with_study=keep > 0, target=target)
     if fmt == Fmt.json:
         typer.echo(json.dumps(result.to_json(), indent=2))
     elif fmt == Fmt.csv:
