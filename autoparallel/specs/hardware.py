@@ -43,6 +43,11 @@ class Profile(Spec):
     dp_overlap: float = Field(1.0, ge=0, le=1)
     """Fraction of the overlappable compute (backward of the last micro-batch; forward of the
     first for parameter gathers) that actually hides data-parallel communication (ref §5.6)."""
+    overlap_sm_fraction: float = Field(0.18, ge=0, lt=1)
+    """Share of the GPU's SMs that NCCL kernels take while they overlap compute: hidden
+    communication still slows compute by this fraction of its duration. An NCCL all-gather on
+    H100 launched 24 thread blocks, i.e. 24 of 132 SMs (NVIDIA developer forum thread 337991,
+    "Compute-Communication Overlap Causes Severe GEMM Performance Degradation")."""
     step_overhead_ms: NonNegativeFloat = 0.0
     """Fixed time per step outside the model (data loading, logging, launch gaps), milliseconds."""
     memory_overhead_gib: NonNegativeFloat = 1.5
