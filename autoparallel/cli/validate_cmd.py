@@ -37,13 +37,13 @@ def summary_table(summ: pd.DataFrame, title: str) -> Table:
     """Rich table of `report.summary` output."""
     t = Table(title=title, title_justify="left")
     for col in ("source", "used", "skipped", "median |err|", "p90 |err|", "bias", "mem rows",
-                "mem median |err|", "mem bias", "not fit"):
+                "mem median |err|", "mem bias", "not fit", "> usable"):
         t.add_column(col, justify="left" if col == "source" else "right")
     for _, r in summ.iterrows():
         style = "bold" if r.iloc[0] == "ALL" else None
         t.add_row(str(r.iloc[0]), str(r["used"]), str(r["skipped"]), _apct(r["median_abs_err"]),
                   _apct(r["p90_abs_err"]), _pct(r["bias"]), str(r["mem_rows"]),
-                  _apct(r["mem_median_abs_err"]), _pct(r["mem_bias"]), str(r["not_fit"]),
+                  _apct(r["mem_median_abs_err"]), _pct(r["mem_bias"]), str(r["not_fit"]), str(r["over_usable"]),
                   style=style)
     return t
 

@@ -49,7 +49,8 @@ def predict_case(case: RunCase, profile: Profile | None = None, arch=None) -> di
         "predicted_mfu": float(ev.mfu[0]),
         "measured_mem_gib": case.measured_mem_gib, "predicted_mem_gib": mem,
         "mem_err": (mem / case.measured_mem_gib - 1.0) if case.measured_mem_gib else np.nan,
-        "fits": bool(ev.fits[0]),
+        "fits": bool(ev.memory["total"][0] <= ev.memory["capacity"][0]),
+        "within_usable": bool(ev.fits[0]),
         "top_items": top_items(time_s),
         "measured_from": case.measured_from,
         "assumptions": "; ".join(case.assumptions),
@@ -78,12 +79,14 @@ def _stats(group: pd.DataFrame) -> dict:
         "mem_median_abs_err": float(np.median(np.abs(mem))) if len(mem) else np.nan,
         "mem_bias": float(np.median(mem)) if len(mem) else np.nan,
         "not_fit": int((~group["fits"].astype(bool)).sum()),
+        "over_usable": int((~group["within_usable"].astype(bool)).sum()),
     }
 
 
 def summary(pred: pd.DataFrame, skipped: pd.DataFrame | None = None, by: str = "source") -> pd.DataFrame:
     """Per-group and overall statistics: rows used / skipped, median and p90 |step error|, signed
-    bias (median of the signed error), memory error where measured, runs predicted not to fit."""
+    bias (median of the signed error), memory error where measured, runs predicted not to fit in
+    the GPU's memory (`not_fit`) and above the planner's usable fraction (`over_usable`)."""
     rows = []
     keys = sorted(set(pred[by]) if len(pred) else set())
     skipped_by = skipped.groupby("source").size() if skipped is not None and len(skipped) and by == "source" else {}

@@ -165,6 +165,19 @@ def _layout(row, n_gpus: int, gbs: int, zero: int, assumptions: list[str]) -> di
     return dict(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, micro_batch=mb)
 
 
+def _grad_dtype(row, zero: int) -> str:
+    """`fp32` (18 bytes/parameter: Megatron main grads, nanotron fp32 accumulation) or `bf16`
+    (16 bytes/parameter) for PyTorch FSDP, whose sharded state is fp32 params (the master
+    weights) 4 + fp32 grads 4 + Adam m, v 8 = 16 bytes (the ledger's 2 + 2 + 12), and for
+    llm-foundry's "PURE" bf16 mode."""
+    fsdp = str(row.get("fsdp") or "").lower()
+    if "pure" in str(row.get("precision") or "").lower():
+        return "bf16"
+    if zero >= 2 and fsdp.startswith("fsdp"):
+        return "bf16"
+    return "fp32"
+
+
 def _recompute(row) -> str | None:
     r = str(row.get("recompute") or "").strip().lower()
     for word in ("full", "selective", "none"):
@@ -208,7 +221,7 @@ def case_from_row(row, allow_fp16: bool = False) -> RunCase:
         assumptions.append("gpus_per_node not stated: 8")
     zero = _zero(row, assumptions)
     lay = _layout(row, n_gpus, gbs, zero, assumptions)
-    grad = "bf16" if "pure" in str(row.get("precision") or "").lower() else "fp32"
+    grad = _grad_dtype(row, zero)
     arch = build_arch(model)
     step, how = measured_step_s(row, arch, n_gpus, seq, gbs)
     if step is None:
