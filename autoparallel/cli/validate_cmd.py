@@ -146,7 +146,7 @@ def calibrate_command(
     cases, skipped = load_cases(read_runs(runs), allow_fp16=include_fp16)
     result, chosen = fit_group(cases, grp, knobs=names, loss=loss, prior_weight=prior_weight)
     console = _console()
-    base = load_gpu(preset).default_profile()
+    base = load_gpu(preset).reference()
     t = Table(title=f"fitted knobs ({len(chosen)} runs of {', '.join(grp)})", title_justify="left")
     for col in ("knob", "preset", "fitted"):
         t.add_column(col, justify="right" if col != "knob" else "left")

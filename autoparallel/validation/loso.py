@@ -51,18 +51,19 @@ def profiles_from_files(paths: Sequence[str | Path]) -> dict[str, Profile]:
 
 def fit_group(cases: Sequence[RunCase], gpus: Sequence[str], knobs=DEFAULT_KNOBS, **kw):
     """Fit one profile to the runs of `gpus`, starting from (and pulled towards) the first
-    preset's profile."""
+    preset's reference (uncalibrated) profile."""
     chosen = [c for c in cases if c.gpu in gpus]
     if not chosen:
         raise SpecError(f"no usable runs on {', '.join(gpus)} to calibrate on")
-    return fit(chosen, load_gpu(gpus[0]).default_profile(), knobs=knobs, **kw), chosen
+    return fit(chosen, load_gpu(gpus[0]).reference(), knobs=knobs, **kw), chosen
 
 
 def loso_predictions(cases: Sequence[RunCase], gpus: Sequence[str] | None = None,
                      knobs=DEFAULT_KNOBS, **kw) -> tuple[pd.DataFrame, dict]:
     """Held-out predictions of every case on `gpus` (default: every GPU group with runs), plus the
-    knobs fitted per (group, held-out source). A source that is the group's only one is
-    predicted with the preset profile (column `heldout_fit` = False)."""
+    knobs fitted per (group, held-out source), each starting from the preset's reference
+    (uncalibrated) profile. A source that is the group's only one is predicted with that
+    reference profile (column `heldout_fit` = False)."""
     gpus = list(gpus) if gpus else sorted({c.gpu for c in cases})
     groups = sorted({group_of(g) for g in gpus})
     frames, fitted = [], {}
@@ -72,11 +73,11 @@ def loso_predictions(cases: Sequence[RunCase], gpus: Sequence[str] | None = None
             held = [c for c in chosen if c.source == src]
             rest = [c for c in chosen if c.source != src]
             if rest:
-                res = fit(rest, load_gpu(grp[0]).default_profile(), knobs=knobs, **kw)
+                res = fit(rest, load_gpu(grp[0]).reference(), knobs=knobs, **kw)
                 profiles: Mapping[str, Profile] = {g: res.profile for g in grp}
                 fitted[(grp[0], src)] = res.knobs
             else:
-                profiles = {}
+                profiles = {g: load_gpu(g).reference() for g in grp}
             frame = predict(held, profiles)
             frame["heldout_fit"] = bool(rest)
             frames.append(frame)

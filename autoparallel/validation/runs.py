@@ -178,11 +178,15 @@ def _grad_dtype(row, zero: int) -> str:
     return "fp32"
 
 
-def _recompute(row) -> str | None:
+def _recompute(row, assumptions: list[str]) -> str | None:
     r = str(row.get("recompute") or "").strip().lower()
     for word in ("full", "selective", "none"):
         if r.startswith(word):
             return word
+    m = re.search(r"\b(full|selective) (?:activation )?recompute", str(row.get("notes") or ""), re.I)
+    if m:
+        assumptions.append(f"recompute from the notes: {m.group(1).lower()}")
+        return m.group(1).lower()
     return None
 
 
@@ -230,7 +234,7 @@ def case_from_row(row, allow_fp16: bool = False) -> RunCase:
         problem = make_problem(model, gpu, n_gpus, seq, gbs, gpus_per_node=gpn, grad_dtype=grad)
     except AutoParallelError as exc:
         raise RowSkip("problem invalid: " + str(exc).splitlines()[0]) from None
-    rc = _recompute(row)
+    rc = _recompute(row, assumptions)
     if rc is None:
         rc = _least_recompute_that_fits(problem, lay)
         assumptions.append(f"recompute not stated: {rc} (least that fits)")
