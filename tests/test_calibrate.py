@@ -119,3 +119,11 @@ def test_calibrate_bad_input_exit_2(tmp_path, args, needle):
     r = run_cli(*argv)
     assert r.returncode == 2, r.stderr
     assert needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_identification_flags_knobs_the_runs_cannot_pin(h100_cases):
+    base = load_gpu("h100").reference()
+    runs = synthetic(h100_cases, base.model_copy(update={"gemm_efficiency": 0.6}))
+    res = fit(runs, base, knobs=["gemm_efficiency", "latency_base_us"], prior_weight=1.0)
+    assert res.identified("gemm_efficiency") and res.std["gemm_efficiency"] < 0.05
+    assert not res.identified("latency_base_us")

@@ -148,10 +148,11 @@ def calibrate_command(
     console = _console()
     base = load_gpu(preset).reference()
     t = Table(title=f"fitted knobs ({len(chosen)} runs of {', '.join(grp)})", title_justify="left")
-    for col in ("knob", "preset", "fitted"):
+    for col in ("knob", "reference", "fitted", "+- (runs alone)", "identified"):
         t.add_column(col, justify="right" if col != "knob" else "left")
     for k, v in result.knobs.items():
-        t.add_row(k, f"{getattr(base, k):.4g}", f"{v:.4g}")
+        t.add_row(k, f"{getattr(base, k):.4g}", f"{v:.4g}", f"{result.std[k]:.2g}",
+                  "yes" if result.identified(k) else "no (prior)")
     console.print(t)
     sources = sorted({c.source for c in chosen})
     in_sample = predict(chosen, {g: result.profile for g in grp})
