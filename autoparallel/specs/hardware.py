@@ -18,6 +18,9 @@ class Profile(Spec):
     """Fixed time per GEMM (launch, tail, wave quantisation), microseconds (ref §7.2 rule 3)."""
     attention_efficiency: float = Field(0.45, gt=0, le=1)
     """Fraction of peak reached by the fused attention kernel (FA2 35-50%, FA3/cuDNN 60-75%; ref §7.3)."""
+    cudnn_attention_efficiency: float = Field(0.6, gt=0, le=1)
+    """Fraction of peak reached by cuDNN fused attention / FlashAttention-3 (Transformer Engine;
+    `attention = "cudnn"`): 60-75% of H100 peak (ref §7.3, FA3 ~740 TFLOP/s [recalled])."""
     hbm_efficiency: float = Field(0.85, gt=0, le=1)
     """Fraction of HBM bandwidth reached by memory-bound kernels (STREAM 85-90%; ref §7.2 rule 1)."""
     elementwise_factor: NonNegativeFloat = 1.0

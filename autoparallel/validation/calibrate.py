@@ -28,6 +28,7 @@ KNOBS: dict[str, tuple[float, float, float]] = {
     "gemm_efficiency": (0.2, 1.0, 0.25),
     "gemm_overhead_us": (0.0, 100.0, 20.0),
     "attention_efficiency": (0.05, 1.0, 0.25),
+    "cudnn_attention_efficiency": (0.05, 1.0, 0.25),
     "hbm_efficiency": (0.2, 1.0, 0.25),
     "elementwise_factor": (0.0, 10.0, 2.0),
     "scaleup_efficiency": (0.1, 1.0, 0.3),
@@ -40,7 +41,8 @@ KNOBS: dict[str, tuple[float, float, float]] = {
 }
 """Knobs `calibrate` may fit: physical bounds and the prior width."""
 
-DEFAULT_KNOBS = ("gemm_efficiency", "attention_efficiency", "elementwise_factor", "step_overhead_ms")
+DEFAULT_KNOBS = ("gemm_efficiency", "attention_efficiency", "cudnn_attention_efficiency",
+                 "elementwise_factor", "step_overhead_ms")
 """Fitted by default: the knobs the shared runs identify (standard error from the runs alone well
 below the prior width, `Fit.identified`, on both the H100 and the A100 runs). The collective
 bandwidths, overlaps, per-GEMM overhead and latencies are not identified by them (errors of
@@ -91,6 +93,24 @@ def _profile(base: Profile, names: Sequence[str], x: np.ndarray) -> Profile:
     return base.model_copy(update={k: float(v) for k, v in zip(names, x)})
 
 
+def _used(model: _Model, base: Profile, names: Sequence[str]) -> tuple[str, ...]:
+    """The knobs at least one run depends on (e.g. no A100 run uses cuDNN attention): the others
+    are left out of the fit and keep their reference values."""
+    f0 = model.log_pred(base)
+    used = []
+    for k in names:
+        lo, hi = KNOBS[k][0], KNOBS[k][1]
+        x = float(np.clip(getattr(base, k), lo, hi))
+        step = 0.01 * (hi - lo) * (1 if x + 0.01 * (hi - lo) <= hi else -1)
+        f1 = model.log_pred(base.model_copy(update={k: x + step}))
+        if np.nanmax(np.abs(f1 - f0)) > 1e-9:
+            used.append(k)
+    if not used:
+        raise SpecError(f"none of the knobs {', '.join(names)} changes the predicted step time "
+                        "of these runs")
+    return tuple(used)
+
+
 def _standard_errors(model, base, names, x, resid, lo, hi) -> dict[str, float]:
     """Gauss-Newton standard errors of the knobs from the runs alone: sigma^2 (J^T J)^-1, with J
     the forward-difference Jacobian of ln(predicted step) and sigma the robust (MAD) scale of the
@@ -132,6 +152,7 @@ def fit(cases: Sequence[RunCase], base: Profile, knobs: Sequence[str] = DEFAULT_
     if not cases:
         raise SpecError("no usable runs to calibrate on")
     model = _Model(cases, base)
+    names = _used(model, base, names)
     lo = np.array([KNOBS[k][0] for k in names])
     hi = np.array([KNOBS[k][1] for k in names])
     width = np.array([KNOBS[k][2] for k in names])

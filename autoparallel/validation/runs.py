@@ -14,7 +14,9 @@ derivation is recorded as an assumption:
   the memory model says fits (none, then selective, then full) (assumed);
 - gradients: fp32 (Megatron main grads, FSDP/FSDP2 reduce in fp32, nanotron fp32 accumulation)
   except llm-foundry "PURE" bf16, where they are bf16;
-- gpus_per_node: the row's value, else 8 (assumed).
+- gpus_per_node: the row's value, else 8 (assumed);
+- attention kernel: cuDNN fused attention (FA3 class) for Transformer Engine stacks (Megatron-Core,
+  NeMo, Megatron-Bridge) on Hopper and later, FlashAttention-2 class otherwise.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class RunCase:
     seq_len: int
     global_batch: int
     grad_dtype: str
+    attention: str
     layout: Layout
     measured_step_s: float
     measured_from: str
@@ -74,7 +77,7 @@ class RunCase:
         """The `Problem` of this run, with `profile` (default: the GPU preset's)."""
         return make_problem(self.model, self.gpu, self.n_gpus, self.seq_len, self.global_batch,
                             gpus_per_node=self.gpus_per_node, profile=profile,
-                            grad_dtype=self.grad_dtype)
+                            grad_dtype=self.grad_dtype, attention=self.attention)
 
     def table(self) -> LayoutTable:
         """The one-row layout table."""
@@ -178,6 +181,19 @@ def _grad_dtype(row, zero: int) -> str:
     return "fp32"
 
 
+TE_STACKS = re.compile(r"megatron-core|megatron-bridge|nemo|transformer engine|\bTE\b", re.I)
+HOPPER_OR_LATER = ("h100", "h200", "h800", "b200", "gb200")
+
+
+def _attention(row, gpu: str) -> str:
+    """The attention kernel a run's stack uses: Transformer Engine's cuDNN fused attention
+    (FA3 class on Hopper and later) for Megatron-Core / NeMo / Megatron-Bridge / TE stacks,
+    FlashAttention-2 class otherwise (llm-foundry, nanotron, torchtitan, Megatron-DeepSpeed)."""
+    if gpu in HOPPER_OR_LATER and TE_STACKS.search(str(row.get("framework") or "")):
+        return "cudnn"
+    return "flash"
+
+
 def _recompute(row, assumptions: list[str]) -> str | None:
     r = str(row.get("recompute") or "").strip().lower()
     for word in ("full", "selective", "none"):
@@ -226,12 +242,14 @@ def case_from_row(row, allow_fp16: bool = False) -> RunCase:
     zero = _zero(row, assumptions)
     lay = _layout(row, n_gpus, gbs, zero, assumptions)
     grad = _grad_dtype(row, zero)
+    attention = _attention(row, gpu)
     arch = build_arch(model)
     step, how = measured_step_s(row, arch, n_gpus, seq, gbs)
     if step is None:
         raise RowSkip(how)
     try:
-        problem = make_problem(model, gpu, n_gpus, seq, gbs, gpus_per_node=gpn, grad_dtype=grad)
+        problem = make_problem(model, gpu, n_gpus, seq, gbs, gpus_per_node=gpn, grad_dtype=grad,
+                               attention=attention)
     except AutoParallelError as exc:
         raise RowSkip("problem invalid: " + str(exc).splitlines()[0]) from None
     rc = _recompute(row, assumptions)
@@ -248,7 +266,7 @@ def case_from_row(row, allow_fp16: bool = False) -> RunCase:
     return RunCase(
         row_id=str(row.get("row_id") or ""), source=str(row.get("source_key") or "runs"),
         gpu=gpu, model=model, n_gpus=n_gpus, gpus_per_node=gpn, seq_len=seq, global_batch=gbs,
-        grad_dtype=grad, layout=layout, measured_step_s=float(step), measured_from=how,
+        grad_dtype=grad, attention=attention, layout=layout, measured_step_s=float(step), measured_from=how,
         measured_mem_gib=_mem_gib(row), assumptions=tuple(assumptions),
     )
 
