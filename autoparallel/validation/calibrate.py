@@ -198,7 +198,10 @@ def toml_text(result: Fit, gpus: Sequence[str], runs_path: str, sources: Sequenc
         "[profile]",
     ]
     for name, value in result.profile.model_dump().items():
-        note = "  # fitted" if name in result.knobs else ""
+        note = ""
+        if name in result.knobs:
+            note = (f"  # fitted, +-{result.std[name]:.2g}" if result.identified(name)
+                    else "  # fitted but not identified by these runs (stays near its reference)")
         lines.append(f"{name} = {value:.6g}{note}")
     lines += ["", "[fit]", f"runs = {result.n_runs}", f"converged = {str(result.success).lower()}",
               f"in_sample_median_abs_err = {float(np.median(np.abs(np.expm1(result.residuals)))):.4f}"]
