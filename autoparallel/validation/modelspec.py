@@ -127,6 +127,7 @@ def model_from_row(row) -> tuple[ModelSpec, list[str]]:
     target = stated_params(row)
     candidates = [(act, tied) for act in (["swiglu", "gelu"] if family is None else [family])
                   for tied in (False, True)]
+    pos = float(_int(row, "seq_len") or 0) * need["hidden"]
     scored = []
     for act, tied in candidates:
         try:
@@ -134,7 +135,11 @@ def model_from_row(row) -> tuple[ModelSpec, list[str]]:
         except ValidationError as exc:
             raise RowSkip("architecture invalid: " + format_validation_error(exc, "model")
                           .splitlines()[0]) from None
-        scored.append((abs(build_arch(ms).n_params - target) if target else 0.0, act, tied, ms))
+        # a stated count may include learned positional embeddings (s x h, e.g. llm-foundry's
+        # NumParams grows with the sequence length), which the architecture does not model
+        n = build_arch(ms).n_params
+        dist = min(abs(n - target), abs(n + pos - target)) if target else 0.0
+        scored.append((dist, act, tied, ms))
     if target:
         _, act, tied, best = min(scored, key=lambda s: s[0])
         assumptions.append(f"{'tied' if tied else 'untied'} embeddings (parameter count)")
