@@ -36,11 +36,11 @@ def _apct(x) -> str:
 def summary_table(summ: pd.DataFrame, title: str) -> Table:
     """Rich table of `report.summary` output."""
     t = Table(title=title, title_justify="left")
-    for col in ("source", "used", "skipped", "median |err|", "p90 |err|", "bias", "mem rows",
+    for col in (str(summ.columns[0]), "used", "skipped", "median |err|", "p90 |err|", "bias", "mem rows",
                 "mem median |err|", "mem bias", "not fit", "> usable"):
-        t.add_column(col, justify="left" if col == "source" else "right")
+        t.add_column(col, justify="left" if col == str(summ.columns[0]) else "right")
     for _, r in summ.iterrows():
-        style = "bold" if r.iloc[0] == "ALL" else None
+        style = "bold" if r.iloc[0] == "ALL" else None  # first column: the group (source or gpu)
         t.add_row(str(r.iloc[0]), str(r["used"]), str(r["skipped"]), _apct(r["median_abs_err"]),
                   _apct(r["p90_abs_err"]), _pct(r["bias"]), str(r["mem_rows"]),
                   _apct(r["mem_median_abs_err"]), _pct(r["mem_bias"]), str(r["not_fit"]), str(r["over_usable"]),
@@ -56,6 +56,10 @@ def _print_report(console: Console, pred: pd.DataFrame, skipped: pd.DataFrame, t
     console.print(summary_table(summ, title))
     if not details:
         return
+    if len(pred):
+        by_gpu = summary(pred, by="gpu")
+        by_gpu["skipped"] = "-"
+        console.print(summary_table(by_gpu, "the same, per GPU preset"))
     st = skip_table(skipped)
     if len(st):
         t = Table(title="skipped rows by reason", title_justify="left")
