@@ -166,3 +166,14 @@ def test_bad_files_exit_2_with_one_message(tmp_path, content, needle):
 def test_missing_runs_file_exit_2(tmp_path):
     r = run_cli("validate", "--runs", tmp_path / "nope.csv")
     assert r.returncode == 2 and "file not found" in r.stderr
+
+
+def test_a_file_with_no_usable_row_reports_and_cannot_plot(tmp_path):
+    frame = pd.read_csv(SUBSET, dtype=str, keep_default_na=False)
+    path = tmp_path / "fp8.csv"
+    frame[frame["row_id"] == "GT0806"].to_csv(path, index=False)
+    r = run_cli("validate", "--runs", path)
+    assert r.returncode == 0, r.stderr
+    assert "0 used, 1 skipped" in r.stdout and "precision not BF16 (FP8/FP4)" in r.stdout
+    r = run_cli("validate", "--runs", path, "--plot", tmp_path / "p.png")
+    assert r.returncode == 2 and "no usable runs to plot" in r.stderr

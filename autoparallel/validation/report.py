@@ -67,6 +67,10 @@ def predict(cases: Iterable[RunCase], profiles: Mapping[str, Profile] | None = N
 
 
 def _stats(group: pd.DataFrame) -> dict:
+    if not len(group):
+        return {"used": 0, "median_abs_err": np.nan, "p90_abs_err": np.nan, "bias": np.nan,
+                "mem_rows": 0, "mem_median_abs_err": np.nan, "mem_bias": np.nan, "not_fit": 0,
+                "over_usable": 0}
     err = group["step_err"].to_numpy(dtype=float)
     mem = group["mem_err"].dropna().to_numpy(dtype=float)
     a = np.abs(err)
@@ -93,7 +97,7 @@ def summary(pred: pd.DataFrame, skipped: pd.DataFrame | None = None, by: str = "
     if by == "source" and skipped is not None:
         keys = sorted(set(keys) | set(skipped["source"]))
     for key in keys:
-        group = pred[pred[by] == key] if len(pred) else pred
+        group = pred[pred[by] == key] if len(pred) else pred.iloc[0:0]
         rows.append({by: key, **_stats(group), "skipped": int(skipped_by.get(key, 0)) if len(skipped_by) else 0})
     n_skip = len(skipped) if skipped is not None else 0
     rows.append({by: "ALL", **_stats(pred), "skipped": n_skip})
