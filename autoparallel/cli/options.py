@@ -26,7 +26,7 @@ GlobalBatch = Annotated[Optional[int], typer.Option("--global-batch", help="Sequ
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="Efficiency profile TOML (e.g. from `autoparallel calibrate`).", show_default=False)]
 GradDtype = Annotated[str, typer.Option("--grad-dtype", help="bf16 (16 bytes/param) or fp32 (Megatron, 18 bytes/param).")]
 Usable = Annotated[float, typer.Option("--usable-fraction", help="Share of GPU memory the plan may use.")]
-Attention = Annotated[str, typer.Option("--attention", help="flash (fused) or eager (scores stored).")]
+Attention = Annotated[str, typer.Option("--attention", help="flash (FlashAttention-2 class), cudnn (Transformer Engine cuDNN / FA3), or eager (scores stored).")]
 IntraBw = Annotated[Optional[float], typer.Option("--intra-gbps", help="Override scale-up bandwidth per GPU, GB/s.", show_default=False)]
 InterBw = Annotated[Optional[float], typer.Option("--inter-gbps", help="Override network bandwidth per GPU, GB/s.", show_default=False)]
 

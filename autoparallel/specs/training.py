@@ -21,8 +21,10 @@ class TrainingSpec(Spec):
     `fp32` gives Megatron's 18 (main grads kept in fp32; reference §1.2)."""
     usable_fraction: float = Field(0.9, gt=0, le=1)
     """Share of HBM the ledger may fill; the rest absorbs allocator fragmentation (seed: 0.9)."""
-    attention: Literal["flash", "eager"] = "flash"
-    """`flash`: fused attention, no s^2 scores stored; `eager`: scores materialised (ref §3.1-3.2)."""
+    attention: Literal["flash", "cudnn", "eager"] = "flash"
+    """`flash`: fused FlashAttention-2-class kernel, no s^2 scores stored; `cudnn`: the cuDNN fused
+    attention / FlashAttention-3 of Transformer Engine (Megatron-Core, NeMo), same memory as
+    `flash`, its own efficiency; `eager`: scores materialised (ref §3.1-3.2, §7.3)."""
 
     @property
     def grad_bytes(self) -> int:
