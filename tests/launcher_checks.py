@@ -94,6 +94,7 @@ def megatron_parser() -> _Parser:
     a = p.add_argument
     a("--tensor-model-parallel-size", type=int, default=1)
     a("--sequence-parallel", action="store_true")
+    a("--tp-comm-overlap", action="store_true")  # launchers.md §1.1: asserts SP
     a("--pipeline-model-parallel-size", type=int, default=1)
     vp = p.add_mutually_exclusive_group()
     vp.add_argument("--num-layers-per-virtual-pipeline-stage", type=int, default=None)
@@ -159,6 +160,7 @@ def megatron_layout(words: list[str], world: int, env: dict) -> dict:
     _need(heads % tp == 0, "num_attention_heads % TP != 0")
     _need(groups % tp == 0 or tp % groups == 0, "num_query_groups vs TP")
     _need(not g.sequence_parallel or tp > 1, "SP with TP = 1 is silently dropped")
+    _need(not g.tp_comm_overlap or g.sequence_parallel, "--tp-comm-overlap asserts SP (§1.1)")
     if cp > 1:
         _need(g.seq_length % (2 * cp) == 0, "seq_length % (2*CP) != 0")
     layers = g.num_layers

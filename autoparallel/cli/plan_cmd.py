@@ -18,7 +18,7 @@ from ..specs.layout import Recompute
 from . import app
 from .render import make_console
 from .options import (
-    Attention, Fmt, GlobalBatch, Gpu, Gpus, GpusPerNode, GradDtype, InterBw, IntraBw, Model,
+    Attention, Fmt, TpOverlap, GlobalBatch, Gpu, Gpus, GpusPerNode, GradDtype, InterBw, IntraBw, Model,
     ProfileOpt, SeqLen, Usable, problem_from_options,
 )
 
@@ -115,6 +115,7 @@ def plan_command(
     grad_dtype: GradDtype = "bf16",
     usable_fraction: Usable = 0.9,
     attention: Attention = "flash",
+    tp_comm_overlap: TpOverlap = False,
     intra_gbps: IntraBw = None,
     inter_gbps: InterBw = None,
 ) -> None:
@@ -123,7 +124,7 @@ def plan_command(
         raise SpecError(f"`--top` = {top}: must be at least 1")
     problem = problem_from_options(model, gpu, gpus, gpus_per_node, seq_len, global_batch,
                                    profile, grad_dtype, usable_fraction, attention,
-                                   intra_gbps, inter_gbps)
+                                   intra_gbps, inter_gbps, tp_comm_overlap)
     sp_space = space_from_options(space, tp, pp, vp, cp, ep, zero, recompute, sp, micro_batch)
     rules = rules_from_options(allow_tp_across_nodes, ep_in_node)
     objectives = [o.strip() for o in objective.split(",")]

@@ -89,7 +89,15 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
     moe = _layer_forward(problem, arch, t, moe=True) if arch.n_moe_layers else dense
 
     tp_fwd = _tp_comm_layer(problem, t, groups["tp"], arch)
-    tp_layer = tp_fwd * (2.0 + (rc == 2)) * _exposed_share(prof, prof.tp_overlap)
+    overlapped = problem.training.tp_comm_overlap
+
+    def tp_layer(gemm_f):
+        """TP seconds per layer and micro-batch: forward, backward, recomputed forward. Exposed
+        in full, or, with TP overlap, hidden behind the layer's GEMMs (forward 1x, backward 2x)."""
+        if not overlapped:
+            return tp_fwd * (2.0 + (rc == 2))
+        f = _hidden_cost(prof, tp_fwd, gemm_f)
+        return f * (1.0 + (rc == 2)) + _hidden_cost(prof, tp_fwd, 2.0 * gemm_f)
 
     def cp_layer(attn_f):
         step = collective_time(problem, Collective.P2P, T * arch.act_attn_kv / kv_div, groups["cp"])
@@ -116,13 +124,13 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
                 bwd=n * (2.0 * gemm + ATTN_BWD * attn + 2.0 * elem),
                 rec=n * np.where(rc == 2, fwd, np.where(rc == 1, attn, 0.0)),
                 cp=n * cp_layer(attn),
+                tp=n * tp_layer(gemm),
             )
-        layers = st.n_dense + st.n_moe
         out[name] = dict(
             fwd=parts["dense"]["fwd"] + parts["moe"]["fwd"] + st.output * logits_f,
             bwd=parts["dense"]["bwd"] + parts["moe"]["bwd"] + st.output * 2.0 * logits_f,
             rec=parts["dense"]["rec"] + parts["moe"]["rec"],
-            tp=layers * tp_layer,
+            tp=parts["dense"]["tp"] + parts["moe"]["tp"],
             cp=parts["dense"]["cp"] + parts["moe"]["cp"],
             ep=st.n_moe * ep_layer,
             stage=st,

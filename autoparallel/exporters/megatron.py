@@ -50,6 +50,8 @@ def parallel_args(job: Job) -> list[list]:
     """Parallelism, sharding, recompute, batch and precision flags, one list per script line."""
     lay, tr = job.layout, job.problem.training
     tp = ["--tensor-model-parallel-size", lay.tp] + (["--sequence-parallel"] if lay.sp else [])
+    if lay.sp and job.problem.training.tp_comm_overlap:
+        tp.append("--tp-comm-overlap")  # asserts SP (launchers.md §1.1)
     pp = ["--pipeline-model-parallel-size", lay.pp]
     if lay.vp > 1:
         pp += ["--num-layers-per-virtual-pipeline-stage", job.layers_per_virtual_stage]

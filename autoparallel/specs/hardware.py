@@ -39,8 +39,6 @@ class Profile(Spec):
     """Latency per ring step over NVLink (NCCL LL128; ref §5.2)."""
     latency_inter_hop_us: NonNegativeFloat = 4.0
     """Latency per ring step over the network (NCCL LL128; ref §5.2)."""
-    tp_overlap: float = Field(0.0, ge=0, le=1)
-    """Fraction of tensor-parallel collectives hidden behind GEMMs (`--tp-comm-overlap`)."""
     ep_overlap: float = Field(0.0, ge=0, le=1)
     """Fraction of expert-parallel all-to-alls hidden behind compute."""
     dp_overlap: float = Field(1.0, ge=0, le=1)

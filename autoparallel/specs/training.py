@@ -26,6 +26,12 @@ class TrainingSpec(Spec):
     attention / FlashAttention-3 of Transformer Engine (Megatron-Core, NeMo), same memory as
     `flash`, its own efficiency; `eager`: scores materialised (ref §3.1-3.2, §7.3)."""
 
+    tp_comm_overlap: bool = False
+    """Whether tensor-parallel collectives are overlapped with the GEMMs that produce and consume
+    them (Megatron `--tp-comm-overlap` with Transformer Engine userbuffers, TorchTitan async TP):
+    each collective is split and pipelined with the GEMM it feeds or follows, so it hides behind
+    that GEMM's time and only the excess is exposed."""
+
     @property
     def grad_bytes(self) -> int:
         """Bytes per gradient element."""

@@ -33,7 +33,6 @@ KNOBS: dict[str, tuple[float, float, float]] = {
     "elementwise_factor": (0.0, 10.0, 2.0),
     "scaleup_efficiency": (0.1, 1.0, 0.3),
     "nic_efficiency": (0.05, 1.0, 0.3),
-    "tp_overlap": (0.0, 1.0, 0.5),
     "dp_overlap": (0.0, 1.0, 0.5),
     "ep_overlap": (0.0, 1.0, 0.5),
     "step_overhead_ms": (0.0, 5000.0, 500.0),

@@ -120,6 +120,13 @@ def _attention(row, gpu: str) -> str:
     return "flash"
 
 
+def _tp_comm_overlap(row) -> bool:
+    """Whether the run overlapped TP collectives with GEMMs, as its notes or framework state
+    (Megatron `--tp-comm-overlap`, TorchTitan async TP)."""
+    text = f"{row.get('notes') or ''} {row.get('framework') or ''}".lower()
+    return "tp-comm-overlap" in text or "async tp" in text or "asynctp" in text
+
+
 def _recompute(row, assumptions: list[str]) -> str | None:
     r = str(row.get("recompute") or "").strip().lower()
     for word in ("full", "selective", "none"):

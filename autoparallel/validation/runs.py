@@ -39,7 +39,8 @@ from ..specs.model import ModelSpec
 from ..specs.problem import Problem
 from ..units import GB, GiB
 from .conventions import measured_step_s
-from .derive import _attention, _grad_dtype, _layout, _precision, _recompute, _zero, gpu_preset
+from .derive import (_attention, _grad_dtype, _layout, _precision, _recompute, _tp_comm_overlap,
+                     _zero, gpu_preset)
 from .modelspec import RowSkip, _int, _num, model_from_row
 
 REQUIRED_COLUMNS = ("gpu", "num_gpus", "seq_len", "gbs", "layers", "hidden", "heads", "vocab",
@@ -72,12 +73,14 @@ class RunCase:
     measured_from: str
     measured_mem_gib: float | None = None
     assumptions: tuple[str, ...] = field(default_factory=tuple)
+    tp_comm_overlap: bool = False
 
     def problem(self, profile: Profile | None = None) -> Problem:
         """The `Problem` of this run, with `profile` (default: the GPU preset's)."""
         return make_problem(self.model, self.gpu, self.n_gpus, self.seq_len, self.global_batch,
                             gpus_per_node=self.gpus_per_node, profile=profile,
-                            grad_dtype=self.grad_dtype, attention=self.attention)
+                            grad_dtype=self.grad_dtype, attention=self.attention,
+                            tp_comm_overlap=self.tp_comm_overlap)
 
     def table(self) -> LayoutTable:
         """The one-row layout table."""
@@ -121,13 +124,14 @@ def case_from_row(row, allow_fp16: bool = False) -> RunCase:
     lay = _layout(row, n_gpus, gbs, zero, assumptions)
     grad = _grad_dtype(row, zero)
     attention = _attention(row, gpu)
+    tp_overlap = _tp_comm_overlap(row)
     arch = build_arch(model)
     step, how = measured_step_s(row, arch, n_gpus, seq, gbs)
     if step is None:
         raise RowSkip(how)
     try:
         problem = make_problem(model, gpu, n_gpus, seq, gbs, gpus_per_node=gpn, grad_dtype=grad,
-                               attention=attention)
+                               attention=attention, tp_comm_overlap=tp_overlap)
     except AutoParallelError as exc:
         raise RowSkip("problem invalid: " + str(exc).splitlines()[0]) from None
     rc = _recompute(row, assumptions)
@@ -145,7 +149,7 @@ def case_from_row(row, allow_fp16: bool = False) -> RunCase:
         row_id=str(row.get("row_id") or ""), source=str(row.get("source_key") or "runs"),
         gpu=gpu, model=model, n_gpus=n_gpus, gpus_per_node=gpn, seq_len=seq, global_batch=gbs,
         grad_dtype=grad, attention=attention, layout=layout, measured_step_s=float(step), measured_from=how,
-        measured_mem_gib=_mem_gib(row), assumptions=tuple(assumptions),
+        measured_mem_gib=_mem_gib(row), assumptions=tuple(assumptions), tp_comm_overlap=tp_overlap,
     )
 
 
