@@ -4,7 +4,7 @@ rows (shared/data/published_runs.csv, source `megatron_readme_2024`, GT0061-GT00
 The rows give model shape, TP/PP/DP, GPUs, global batch and MFU, not the micro-batch or the
 recompute setting: assumed here micro-batch 1, no recompute, SP on with TP, distributed optimizer
 (ZeRO-1), no interleaving, fp32 gradients (Megatron's default), Transformer Engine's cuDNN
-attention (`attention="cudnn"`). The README's MFU uses Megatron's FLOP count, the same convention
+attention (`attention="cudnn"`), TP communication overlapped (the rows state `--tp-comm-overlap`). The README's MFU uses Megatron's FLOP count, the same convention
 as ours, so the two are comparable.
 Run: python benchmarks/megatron_h100_first_look.py [--profile FILE] [--reference]
 (--reference: the H100 preset's literature profile, i.e. before calibration)
@@ -34,7 +34,8 @@ def main(profile: str | None = None) -> None:
                       n_heads=int(r["heads"]), ffn_hidden_size=int(r["ffn_hidden"]),
                       vocab_size=int(r["vocab"]), activation="gelu")
         p = make_problem(m, "h100", int(r["num_gpus"]), int(r["seq_len"]), int(r["gbs"]),
-                         grad_dtype="fp32", profile=profile, attention="cudnn")
+                         grad_dtype="fp32", profile=profile, attention="cudnn",
+                         tp_comm_overlap=True)
         rec = estimate(p, Layout(tp=int(r["tp"]), pp=int(r["pp"]), zero=1, micro_batch=1))
         mfu = rec["mfu"] * 100
         meas = float(r["mfu_pct"])
