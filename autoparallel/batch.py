@@ -25,13 +25,19 @@ _OPTIONAL_DEFAULTS = {"gpus_per_node": 8, "dp": None, "vp": 1, "cp": 1, "ep": 1,
 _TRUE, _FALSE = {"1", "true", "yes", "on", "t", "y"}, {"0", "false", "no", "off", "f", "n"}
 
 
-def _int(row, col):
+def _blank(row, col) -> bool:
+    """True when the cell is empty; raises when an empty cell has no default."""
     value = row[col]
-    if value is None or (isinstance(value, float) and np.isnan(value)) or str(value).strip() == "":
-        if col in _OPTIONAL_DEFAULTS:
-            return _OPTIONAL_DEFAULTS[col]
+    empty = value is None or (isinstance(value, float) and np.isnan(value)) or str(value).strip() == ""
+    if empty and col not in _OPTIONAL_DEFAULTS:
         raise SpecError(f"`{col}` is empty")
-    text = str(value).strip()
+    return empty
+
+
+def _int(row, col):
+    if _blank(row, col):
+        return _OPTIONAL_DEFAULTS[col]
+    text = str(row[col]).strip()
     try:
         number = float(text)
     except ValueError:
@@ -42,12 +48,9 @@ def _int(row, col):
 
 
 def _text(row, col):
-    value = row[col]
-    if value is None or (isinstance(value, float) and np.isnan(value)) or str(value).strip() == "":
-        if col in _OPTIONAL_DEFAULTS:
-            return _OPTIONAL_DEFAULTS[col]
-        raise SpecError(f"`{col}` is empty")
-    return str(value).strip()
+    if _blank(row, col):
+        return _OPTIONAL_DEFAULTS[col]
+    return str(row[col]).strip()
 
 
 def _bool(row, col):

@@ -30,13 +30,16 @@ def format_validation_error(exc, source: str) -> str:
     """Turn a pydantic ValidationError into readable lines: `field` (value): why."""
     lines = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__") or "(top level)"
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
         msg = err.get("msg", "invalid")
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]
         kind = err.get("type", "")
         if kind == "extra_forbidden":
             msg = "unknown key (not allowed here)"
+        if not loc:  # a check across fields: its message names the fields itself
+            lines.append(f"{source}: {msg}")
+            continue
         if kind == "missing":
             lines.append(f"{source}: `{loc}` is required but missing")
             continue

@@ -27,6 +27,7 @@ def make_problem(
     grad_dtype: str = "bf16",
     usable_fraction: float = 0.9,
     attention: str = "flash",
+    tp_comm_overlap: bool = False,
 ) -> Problem:
     """A `Problem` from a model and GPU (preset name, file or spec) and the job's numbers.
 
@@ -52,6 +53,7 @@ def make_problem(
         training = TrainingSpec(
             seq_len=seq_len, global_batch=global_batch, grad_dtype=grad_dtype,
             usable_fraction=usable_fraction, attention=attention,
+            tp_comm_overlap=tp_comm_overlap,
         )
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, "training")) from None

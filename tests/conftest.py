@@ -54,3 +54,14 @@ def postgres_url(tmp_path_factory):
         import shutil
 
         shutil.rmtree(base, ignore_errors=True)
+
+
+def with_args(base, args):
+    """`base` argv with each `--flag value` pair of `args` replacing or appending."""
+    argv = list(base)
+    for i in range(0, len(args), 2):
+        if args[i] in argv:
+            argv[argv.index(args[i]) + 1] = args[i + 1]
+        else:
+            argv += args[i:i + 2]
+    return argv

@@ -20,6 +20,10 @@ import time
 import zlib
 
 
+MEGATRON = {"--tensor-model-parallel-size": "tp", "--pipeline-model-parallel-size": "pp",
+            "--context-parallel-size": "cp", "--micro-batch-size": "mb"}
+
+
 def true_step_s(world: dict, slug: str) -> float:
     """The noise-free hidden step time of `slug`."""
     pred = world["predicted"][slug][0]
@@ -39,6 +43,8 @@ def main(argv: list[str]) -> int:
     for axis in ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "micro-batch"):
         ap.add_argument(f"--{axis}", type=int)
     ap.add_argument("--recompute")
+    for flag in MEGATRON:  # Megatron-LM's names for the same degrees ({megatron_args})
+        ap.add_argument(flag, type=int)
     args, rest = ap.parse_known_args(argv)
     if args.argv_out:
         with open(args.argv_out, "a", encoding="utf-8") as f:
@@ -52,6 +58,11 @@ def main(argv: list[str]) -> int:
         value = getattr(args, axis)
         if value is not None and f"-{key}{value}-" not in f"-{slug}-":
             print(f"error: --{axis} {value} disagrees with layout {slug}", file=sys.stderr)
+            return 4
+    for flag, key in MEGATRON.items():
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value is not None and f"-{key}{value}-" not in f"-{slug}-":
+            print(f"error: {flag} {value} disagrees with layout {slug}", file=sys.stderr)
             return 4
     if slug not in world["predicted"]:
         print(f"error: unknown layout {slug}", file=sys.stderr)

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from autoparallel.schema import EstimateOut
-from conftest import SEED_MODEL, run_cli
+from conftest import SEED_MODEL, run_cli, with_args
 
 BASE = ["--model", "llama3-70b", "--gpu", "h100", "--gpus", "64", "--seq-len", "8192",
         "--global-batch", "512"]
@@ -41,12 +41,7 @@ def test_estimate_table_shows_breakdowns():
     (["--gpus", "0"], "n_gpus"),
 ])
 def test_bad_input_exit_2_one_message(args, needle):
-    argv = list(BASE)
-    for i in range(0, len(args), 2):
-        if args[i] in argv:
-            argv[argv.index(args[i]) + 1] = args[i + 1]
-        else:
-            argv += args[i:i + 2]
+    argv = with_args(BASE, args)
     r = run_cli("estimate", *argv)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert needle in r.stderr, r.stderr

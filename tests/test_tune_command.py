@@ -34,7 +34,7 @@ def test_each_placeholder_is_substituted_inside_its_own_argument():
 
 def test_every_documented_placeholder_has_a_value_or_an_exporter():
     plain = set(values())
-    exporter = {"megatron_args", "megatron_cmd", "torchtitan_toml", "deepspeed_json"}
+    exporter = {"megatron_args", "megatron_script", "torchtitan_toml", "deepspeed_json"}
     assert set(PLACEHOLDERS) == plain | exporter
 
 
@@ -106,6 +106,7 @@ def test_shell_with_placeholders_as_separate_arguments_is_allowed():
 def test_exporter_targets_are_known_from_the_template():
     t = CommandTemplate.parse("train {megatron_args} --cfg {deepspeed_json} --tt {torchtitan_toml}")
     assert t.exporter_targets == {"megatron", "deepspeed", "torchtitan"}
+    assert CommandTemplate.parse("bash {megatron_script}").exporter_targets == {"megatron"}
     assert CommandTemplate.parse("train {tp}").exporter_targets == set()
 
 
@@ -115,17 +116,33 @@ needs_exporters = pytest.mark.skipif(not HAVE_EXPORTERS, reason="exporters not m
 
 @needs_exporters
 def test_megatron_args_splice_the_exporter_flags():
-    import shlex
-
     from autoparallel.exporters import render
 
-    full = shlex.split(render("megatron", PROBLEM, LAYOUT))
-    script = next(i for i, tok in enumerate(full) if tok.endswith(".py"))
-    t = CommandTemplate.parse("python fake.py --layout {layout} {megatron_args}")
-    argv = t.render(values() | render_exports(t, PROBLEM, LAYOUT, None))
-    assert argv == ["python", "fake.py", "--layout", LAYOUT.slug, *full[script + 1:]]
-    t2 = CommandTemplate.parse("{megatron_cmd}")
-    assert t2.render(values() | render_exports(t2, PROBLEM, LAYOUT, None)) == full
+    script = render("megatron", PROBLEM, LAYOUT)
+    t = CommandTemplate.parse("python fake.py --layout {layout} {megatron_args} --extra")
+    exported, env = render_exports(t, PROBLEM, LAYOUT, None)
+    argv = t.render(values() | exported)
+    flags = argv[4:-1]
+    assert argv[:4] == ["python", "fake.py", "--layout", LAYOUT.slug] and argv[-1] == "--extra"
+    assert flags[flags.index("--tensor-model-parallel-size") + 1] == "2"
+    assert flags[flags.index("--pipeline-model-parallel-size") + 1] == "2"
+    assert "--sequence-parallel" in flags and "$@" not in flags
+    # every flag comes from the script's command line, in order, and nothing from its comments
+    joined = " ".join(flags)
+    assert joined in " ".join(script.replace("\\\n", " ").split())
+    assert env.get("CUDA_DEVICE_MAX_CONNECTIONS") == ("1" if "CUDA_DEVICE_MAX_CONNECTIONS=1" in script
+                                                     else None)
+
+
+@needs_exporters
+def test_megatron_script_is_a_file_holding_the_rendering(tmp_path):
+    from autoparallel.exporters import render
+
+    t = CommandTemplate.parse("bash {megatron_script} --data-path /data")
+    exported, _ = render_exports(t, PROBLEM, LAYOUT, tmp_path)
+    argv = t.render(values() | exported)
+    assert argv == ["bash", str(tmp_path / "megatron.sh"), "--data-path", "/data"]
+    assert Path(argv[1]).read_text() == render("megatron", PROBLEM, LAYOUT)
 
 
 @needs_exporters
@@ -133,7 +150,8 @@ def test_torchtitan_toml_is_a_file_holding_the_rendering(tmp_path):
     from autoparallel.exporters import render
 
     t = CommandTemplate.parse("train --job.config_file {torchtitan_toml}")
-    argv = t.render(values() | render_exports(t, PROBLEM, LAYOUT, tmp_path))
+    exported, _ = render_exports(t, PROBLEM, LAYOUT, tmp_path)
+    argv = t.render(values() | exported)
     assert argv[-1] == str(tmp_path / "torchtitan.toml")
     assert Path(argv[-1]).read_text() == render("torchtitan", PROBLEM, LAYOUT)
 
@@ -142,15 +160,31 @@ def test_torchtitan_toml_is_a_file_holding_the_rendering(tmp_path):
 def test_deepspeed_json_is_a_file_holding_the_rendering(tmp_path):
     from autoparallel.exporters import render
 
+    dp_only = Layout(zero=3, micro_batch=1).resolved(8)  # DeepSpeed's JSON: DP + ZeRO only
     t = CommandTemplate.parse("deepspeed train.py --deepspeed_config {deepspeed_json}")
-    argv = t.render(values() | render_exports(t, PROBLEM, LAYOUT, tmp_path))
+    exported, _ = render_exports(t, PROBLEM, dp_only, tmp_path)
+    argv = t.render(values() | exported)
     assert argv[-1] == str(tmp_path / "deepspeed.json")
-    assert Path(argv[-1]).read_text() == render("deepspeed", PROBLEM, LAYOUT)
+    assert Path(argv[-1]).read_text() == render("deepspeed", PROBLEM, dp_only)
     json.loads(Path(argv[-1]).read_text())
 
 
-@pytest.mark.skipif(HAVE_EXPORTERS, reason="only meaningful while exporters are missing")
-def test_exporter_placeholders_without_exporters_are_a_clear_error():
+@needs_exporters
+def test_a_layout_the_launcher_cannot_express_is_an_export_error():
+    from autoparallel.errors import ExportError
+
+    t = CommandTemplate.parse("deepspeed train.py --deepspeed_config {deepspeed_json}")
+    with pytest.raises(ExportError, match="deepspeed cannot launch"):
+        render_exports(t, PROBLEM, LAYOUT, None)
+
+
+def test_exporter_placeholders_without_exporters_are_a_clear_error(monkeypatch):
+    import autoparallel.tune.command as command
+
+    def missing(name):
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    monkeypatch.setattr(command.importlib, "import_module", missing)
     t = CommandTemplate.parse("train {megatron_args}")
     with pytest.raises(SpecError, match="need autoparallel.exporters"):
         render_exports(t, PROBLEM, LAYOUT, None)

@@ -21,7 +21,7 @@ def complete(rows):
 
 
 def test_tune_finds_the_true_best_within_its_trial_budget(tmp_path):
-    truth = make_world(tmp_path / "world.json", 40)
+    truth = make_world(tmp_path / "world.json", 40, favour_rank=20)
     budget = 15
     best_rank = truth["pool"].index(truth["best"]) + 1
     # preconditions that keep the test honest: measuring in predicted order, or only the seeds,
@@ -94,6 +94,27 @@ def test_worker_threads_share_the_budget_and_never_repeat(tmp_path):
     assert out["measured_now"] == 9 and len(rows) == 9
     assert len({r["layout"] for r in rows}) == 9
     assert len({r["worker"] for r in rows}) == 3
+
+
+def test_megatron_args_reach_the_launcher_end_to_end(tmp_path):
+    pytest.importorskip("autoparallel.exporters", reason="exporters not merged yet")
+    import shlex
+    import sys
+
+    from tuneworld import LAUNCHER
+
+    world = tmp_path / "world.json"
+    make_world(world, 10, oom_gib=1e9)
+    argv_log = tmp_path / "argv.jsonl"
+    measure = (f"{shlex.quote(sys.executable)} {shlex.quote(LAUNCHER)} --world "
+               f"{shlex.quote(str(world))} --argv-out {shlex.quote(str(argv_log))} "
+               "--layout {layout} {megatron_args}")
+    out, _ = tune_json("--measure", measure, "--candidates", "10", "--trials", "4",
+                       "--workdir", str(tmp_path / "wd"))
+    # the launcher checks that the Megatron flags agree with the layout (exit 4 otherwise)
+    assert [r["state"] for r in out["trials"]] == ["COMPLETE"] * 4
+    seen = [json.loads(line) for line in argv_log.read_text().splitlines()]
+    assert len(seen) == 4 and all("--tensor-model-parallel-size" in a for a in seen)
 
 
 def test_pool_exhaustion_stops_early(tmp_path):

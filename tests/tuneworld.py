@@ -1,6 +1,7 @@
 """Hidden "true" worlds for the fake launcher, and the truth the `tune` tests check against."""
 
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -27,16 +28,48 @@ DISTORTION = {
 }
 
 
+PENALTY = {"tp": 0.08, "pp": 0.06, "vp": 0.05, "cp": 0.07, "z": 0.05, "mb": 0.04, "flag": 0.06}
+"""For `favour_rank`: what each axis value other than the favoured layout's costs extra."""
+
+
+def _parts(slug: str) -> list[tuple[str, str]]:
+    out = []
+    for part in slug.split("-"):
+        m = re.fullmatch(r"([a-z]+?)(\d+)", part)
+        out.append((m[1], m[2]) if m else ("flag", part))
+    return out
+
+
+def favouring(slugs: list[str], target: str) -> dict:
+    """A hidden distortion under which `target` is the fastest layout by construction: every axis
+    value it does not use costs `PENALTY[axis]` more than the model predicts (an effect per axis
+    value, the kind of error a cost model makes)."""
+    mine = set(_parts(target))
+    dist: dict = {}
+    for s in slugs:
+        for axis, value in _parts(s):
+            if axis in PENALTY and (axis, value) not in mine:
+                dist.setdefault(axis, {})[value] = 1 + PENALTY[axis]
+    return dist
+
+
 def make_world(path: Path, n_candidates: int = 40, *, distortion=None, oom_gib: float = 70.0,
-               noise: float = 0.002, sleep_s: float = 0.05, scale: float = 1.0, **extra) -> dict:
+               noise: float = 0.002, sleep_s: float = 0.05, scale: float = 1.0,
+               favour_rank: int | None = None, **extra) -> dict:
     """Write the world file for the first `n_candidates` layouts that `plan` ranks (the pool
     `tune --candidates n_candidates` will use) and return the truth:
-    {"pool": [slugs by predicted rank], "true_s": {slug: s}, "oom": set, "best": slug}."""
+    {"pool": [slugs by predicted rank], "true_s": {slug: s}, "oom": set, "best": slug}.
+
+    `favour_rank`: hide the true best at (about) this predicted rank — the first layout from
+    there on that fits the hidden memory budget — with `favouring` as the distortion."""
     res = plan(make_problem(*PROBLEM_ARGS))
     ev = res.survivors
     slugs = [ev.table.row(i).slug for i in range(min(n_candidates, len(ev)))]
     predicted = {s: [float(ev.time["step"][i]), float(ev.memory["total"][i]) / 2**30]
                  for i, s in enumerate(slugs)}
+    if favour_rank is not None:
+        target = next(s for s in slugs[favour_rank - 1:] if predicted[s][1] <= oom_gib)
+        distortion = favouring(slugs, target)
     world = {"predicted": predicted, "distortion": DISTORTION if distortion is None else distortion,
              "oom_gib": oom_gib, "noise": noise, "sleep_s": sleep_s, "scale": scale, "seed": 7,
              **extra}

@@ -13,7 +13,7 @@ from ..evaluate import estimate
 from ..specs.layout import Layout, Recompute
 from . import app
 from .options import (
-    Attention, Fmt, GlobalBatch, Gpu, Gpus, GpusPerNode, GradDtype, InterBw, IntraBw, Model,
+    Attention, Fmt, TpOverlap, GlobalBatch, Gpu, Gpus, GpusPerNode, GradDtype, InterBw, IntraBw, Model,
     ProfileOpt, SeqLen, Usable, problem_from_options,
 )
 from .render import print_estimate
@@ -44,6 +44,7 @@ def estimate_command(
     grad_dtype: GradDtype = "bf16",
     usable_fraction: Usable = 0.9,
     attention: Attention = "flash",
+    tp_comm_overlap: TpOverlap = False,
     intra_gbps: IntraBw = None,
     inter_gbps: InterBw = None,
 ) -> None:
@@ -66,7 +67,7 @@ def estimate_command(
         raise SpecError("`--format csv` is for batch mode (--input); use table or json")
     problem = problem_from_options(model, gpu, gpus, gpus_per_node, seq_len, global_batch,
                                    profile, grad_dtype, usable_fraction, attention,
-                                   intra_gbps, inter_gbps)
+                                   intra_gbps, inter_gbps, tp_comm_overlap)
     try:
         layout = Layout(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, recompute=recompute,
                         sp=sp, micro_batch=micro_batch)

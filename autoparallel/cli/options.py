@@ -26,14 +26,15 @@ GlobalBatch = Annotated[Optional[int], typer.Option("--global-batch", help="Sequ
 ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="Efficiency profile TOML (e.g. from `autoparallel calibrate`).", show_default=False)]
 GradDtype = Annotated[str, typer.Option("--grad-dtype", help="bf16 (16 bytes/param) or fp32 (Megatron, 18 bytes/param).")]
 Usable = Annotated[float, typer.Option("--usable-fraction", help="Share of GPU memory the plan may use.")]
-Attention = Annotated[str, typer.Option("--attention", help="flash (fused) or eager (scores stored).")]
+Attention = Annotated[str, typer.Option("--attention", help="flash (FlashAttention-2 class), cudnn (Transformer Engine cuDNN / FA3), or eager (scores stored).")]
+TpOverlap = Annotated[bool, typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="TP collectives overlapped with GEMMs (Megatron --tp-comm-overlap, TorchTitan async TP).")]
 IntraBw = Annotated[Optional[float], typer.Option("--intra-gbps", help="Override scale-up bandwidth per GPU, GB/s.", show_default=False)]
 InterBw = Annotated[Optional[float], typer.Option("--inter-gbps", help="Override network bandwidth per GPU, GB/s.", show_default=False)]
 
 
 def problem_from_options(model, gpu, gpus, gpus_per_node, seq_len, global_batch, profile=None,
                          grad_dtype="bf16", usable_fraction=0.9, attention="flash",
-                         intra_gbps=None, inter_gbps=None):
+                         intra_gbps=None, inter_gbps=None, tp_comm_overlap=False):
     """Build a Problem, naming any missing flag in a SpecError."""
     missing = [flag for flag, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus),
                                     ("--seq-len", seq_len), ("--global-batch", global_batch)) if v is None]
@@ -43,5 +44,6 @@ def problem_from_options(model, gpu, gpus, gpus_per_node, seq_len, global_batch,
     return make_problem(
         model, gpu, gpus, seq_len, global_batch, gpus_per_node=gpus_per_node, profile=profile,
         grad_dtype=grad_dtype, usable_fraction=usable_fraction, attention=attention,
+        tp_comm_overlap=tp_comm_overlap,
         intra_gb_per_s=intra_gbps, inter_gb_per_s=inter_gbps,
     )

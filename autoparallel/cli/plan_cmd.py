@@ -18,7 +18,7 @@ from ..specs.layout import Recompute
 from . import app
 from .render import make_console
 from .options import (
-    Attention, Fmt, GlobalBatch, Gpu, Gpus, GpusPerNode, GradDtype, InterBw, IntraBw, Model,
+    Attention, Fmt, TpOverlap, GlobalBatch, Gpu, Gpus, GpusPerNode, GradDtype, InterBw, IntraBw, Model,
     ProfileOpt, SeqLen, Usable, problem_from_options,
 )
 
@@ -80,8 +80,11 @@ def print_plan(result, console: Console) -> None:
         counts = ", ".join(f"{k} {v:,}" for k, v in sorted(result.reject_counts.items(), key=lambda kv: -kv[1]))
         console.print(f"[dim]rejected by rule (a layout may break several): {counts}[/dim]")
     if result.study is not None:
-        console.print(f"[dim]Optuna study {result.study.study_name!r}: {result.kept:,} of "
-                      f"{result.n_fit:,} fitting layouts stored as trials[/dim]")
+        where = "in memory" if result.storage is None else result.storage
+        more = (f"; the best {result.kept:,} of {result.n_fit:,} fitting layouts (raise --keep "
+                "for more)") if result.kept < result.n_fit else ""
+        console.print(f"[dim]Optuna study {result.study.study_name!r} ({where}): "
+                      f"{len(result.study.trials):,} trials{more}[/dim]")
 
 
 @app.command("plan")
@@ -104,6 +107,7 @@ def plan_command(
     allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let TP groups span nodes.")] = False,
     ep_in_node: Annotated[bool, typer.Option(help="Require tp x ep inside one node.")] = False,
     objective: Annotated[str, typer.Option(help="time, or a Pareto front: time,memory or time,gpus.")] = "time",
+    target: Annotated[Optional[str], typer.Option(help="Keep only layouts this launcher can run (megatron, torchtitan, deepspeed, nanotron, slurm).", show_default=False)] = None,
     keep: Annotated[int, typer.Option(help="Fitting layouts stored as Optuna trials.")] = 1000,
     storage: Annotated[Optional[str], typer.Option(help="Optuna storage URL (sqlite:///plan.db, postgresql://...).", show_default=False)] = None,
     study: Annotated[Optional[str], typer.Option(help="Optuna study name.", show_default=False)] = None,
@@ -111,6 +115,7 @@ def plan_command(
     grad_dtype: GradDtype = "bf16",
     usable_fraction: Usable = 0.9,
     attention: Attention = "flash",
+    tp_comm_overlap: TpOverlap = False,
     intra_gbps: IntraBw = None,
     inter_gbps: InterBw = None,
 ) -> None:
@@ -119,7 +124,7 @@ def plan_command(
         raise SpecError(f"`--top` = {top}: must be at least 1")
     problem = problem_from_options(model, gpu, gpus, gpus_per_node, seq_len, global_batch,
                                    profile, grad_dtype, usable_fraction, attention,
-                                   intra_gbps, inter_gbps)
+                                   intra_gbps, inter_gbps, tp_comm_overlap)
     sp_space = space_from_options(space, tp, pp, vp, cp, ep, zero, recompute, sp, micro_batch)
     rules = rules_from_options(allow_tp_across_nodes, ep_in_node)
     objectives = [o.strip() for o in objective.split(",")]
@@ -130,8 +135,10 @@ def plan_command(
 
         run_pareto(problem, sp_space, rules, objectives[1], top, fmt, storage, study)
         return
+    if keep < 0:
+        raise SpecError(f"`--keep` = {keep}: must be 0 (no Optuna study) or more")
     result = plan(problem, sp_space, top=top, rules=rules, keep=keep, storage=storage,
-                  study_name=study)
+                  study_name=study, with_study=keep > 0, target=target)
     if fmt == Fmt.json:
         typer.echo(json.dumps(result.to_json(), indent=2))
     elif fmt == Fmt.csv:

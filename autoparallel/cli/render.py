@@ -21,26 +21,26 @@ def layout_slug(rec: dict) -> str:
     return (f"dp{lay['dp']}-tp{lay['tp']}-pp{lay['pp']}-vp{lay['vp']}-cp{lay['cp']}-ep{lay['ep']}"
             f"-z{lay['zero']}-r{lay['recompute']}{sp}-mb{lay['micro_batch']}")
 
+def _breakdown(title: str, unit: str, values: dict, parts, total: float, footer: str) -> Table:
+    table = Table(title=title, title_justify="left", show_edge=False)
+    table.add_column("item")
+    table.add_column(unit, justify="right")
+    table.add_column("share")
+    fmt = ".2f" if unit == "GiB" else ".3f"
+    for k in parts:
+        table.add_row(k, f"{values[k]:{fmt}}", _bar(values[k] / max(total, 1e-12)))
+    table.add_row("[b]total[/b]", f"[b]{total:{fmt}}[/b]", footer)
+    return table
+
+
 def breakdown_tables(rec: dict) -> Columns:
     """Memory (GiB) and time (s) breakdowns of one estimate record."""
-    mem = rec["memory_gib"]
-    mt = Table(title="memory per GPU (GiB)", title_justify="left", show_edge=False)
-    mt.add_column("item")
-    mt.add_column("GiB", justify="right")
-    mt.add_column("share")
-    for k in _MEM_PARTS:
-        mt.add_row(k, f"{mem[k]:.2f}", _bar(mem[k] / max(mem["total"], 1e-12)))
-    mt.add_row("[b]total[/b]", f"[b]{mem['total']:.2f}[/b]",
-               f"of {mem['usable']:.1f} usable ({mem['capacity']:.0f} HBM)")
-    tm = rec["time_s"]
-    tt = Table(title="time per step (s)", title_justify="left", show_edge=False)
-    tt.add_column("item")
-    tt.add_column("s", justify="right")
-    tt.add_column("share")
-    for k in _TIME_PARTS:
-        tt.add_row(k, f"{tm[k]:.3f}", _bar(tm[k] / max(tm["step"], 1e-12)))
-    tt.add_row("[b]step[/b]", f"[b]{tm['step']:.3f}[/b]", "")
+    mem, tm = rec["memory_gib"], rec["time_s"]
+    mt = _breakdown("memory per GPU (GiB)", "GiB", mem, _MEM_PARTS, mem["total"],
+                    f"of {mem['usable']:.1f} usable ({mem['capacity']:.0f} HBM)")
+    tt = _breakdown("time per step (s)", "s", tm, _TIME_PARTS, tm["step"], "")
     return Columns([mt, tt], padding=(0, 4))
+
 
 def make_console(stderr: bool = False) -> Console:
     """A console 160 columns wide when not writing to a terminal (pipes, files, tests)."""

@@ -36,6 +36,7 @@ def sweep_command(
     top: Annotated[Optional[int], typer.Option(help="Layouts per problem.", show_default=False)] = None,
     profile: Annotated[Optional[str], typer.Option(help="Efficiency profile TOML.", show_default=False)] = None,
     allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let TP groups span nodes.")] = False,
+    target: Annotated[Optional[str], typer.Option(help="Keep only layouts this launcher can run.", show_default=False)] = None,
 ) -> None:
     """Plan a grid of problems into one CSV (one row per problem and ranked layout)."""
     if not output:
@@ -48,7 +49,7 @@ def sweep_command(
         "model": _names(model, "--model"), "gpu": _names(gpu, "--gpu"),
         "gpus": parse_int_list(gpus, "--gpus"), "seq_len": parse_int_list(seq_len, "--seq-len"),
         "global_batch": parse_int_list(global_batch, "--global-batch"),
-        "gpus_per_node": gpus_per_node, "top": top, "profile": profile,
+        "gpus_per_node": gpus_per_node, "top": top, "profile": profile, "target": target,
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
     data = (spec.model_dump() if spec else {}) | overrides

@@ -26,9 +26,12 @@ def gemm_time(problem: Problem, M, N, K, count=1.0) -> np.ndarray:
 
 
 def attention_time(problem: Problem, flops) -> np.ndarray:
-    """Seconds for fused (flash) attention of `flops` at the profile's attention efficiency."""
+    """Seconds for fused attention of `flops` at the efficiency of the job's kernel: cuDNN /
+    FlashAttention-3 (`cudnn`) or FlashAttention-2 class (`flash`, `eager`); the kernels differ
+    two-fold on Hopper (FA2 forward 33% of H100 peak, FA3/cuDNN 60-75%; reference §7.3)."""
     prof, gpu = problem.profile, problem.cluster.gpu
-    return np.asarray(flops) / (prof.attention_efficiency * gpu.bf16_tflops * TFLOPS)
+    eff = prof.cudnn_attention_efficiency if problem.training.attention == "cudnn" else prof.attention_efficiency
+    return np.asarray(flops) / (eff * gpu.bf16_tflops * TFLOPS)
 
 
 def memory_bound_time(problem: Problem, nbytes) -> np.ndarray:

@@ -89,18 +89,26 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
     moe = _layer_forward(problem, arch, t, moe=True) if arch.n_moe_layers else dense
 
     tp_fwd = _tp_comm_layer(problem, t, groups["tp"], arch)
-    tp_layer = tp_fwd * (2.0 + (rc == 2)) * (1.0 - prof.tp_overlap)
+    overlapped = problem.training.tp_comm_overlap
+
+    def tp_layer(gemm_f):
+        """TP seconds per layer and micro-batch: forward, backward, recomputed forward. Exposed
+        in full, or, with TP overlap, hidden behind the layer's GEMMs (forward 1x, backward 2x)."""
+        if not overlapped:
+            return tp_fwd * (2.0 + (rc == 2))
+        f = _hidden_cost(prof, tp_fwd, gemm_f)
+        return f * (1.0 + (rc == 2)) + _hidden_cost(prof, tp_fwd, 2.0 * gemm_f)
 
     def cp_layer(attn_f):
         step = collective_time(problem, Collective.P2P, T * arch.act_attn_kv / kv_div, groups["cp"])
         # ring attention hides each KV hop behind one block of attention (reference §5.6)
-        f = (cp - 1) * np.maximum(0.0, step - attn_f / cp)
-        b = (cp - 1) * np.maximum(0.0, 2.0 * step - ATTN_BWD * attn_f / cp)
+        f = (cp - 1) * _hidden_cost(prof, step, attn_f / cp)
+        b = (cp - 1) * _hidden_cost(prof, 2.0 * step, ATTN_BWD * attn_f / cp)
         return np.where(cp > 1, f * (1.0 + (rc == 2)) + b, 0.0)
 
     a2a = collective_time(
         problem, Collective.ALL_TO_ALL, 2.0 * arch.top_k * T / tp * arch.hidden, groups["ep"])
-    ep_layer = a2a * (4.0 + 2.0 * (rc == 2)) * (1.0 - prof.ep_overlap)
+    ep_layer = a2a * (4.0 + 2.0 * (rc == 2)) * _exposed_share(prof, prof.ep_overlap)
 
     # output layer + vocab-parallel cross-entropy on the last stage
     V = arch.vocab
@@ -116,13 +124,13 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
                 bwd=n * (2.0 * gemm + ATTN_BWD * attn + 2.0 * elem),
                 rec=n * np.where(rc == 2, fwd, np.where(rc == 1, attn, 0.0)),
                 cp=n * cp_layer(attn),
+                tp=n * tp_layer(gemm),
             )
-        layers = st.n_dense + st.n_moe
         out[name] = dict(
             fwd=parts["dense"]["fwd"] + parts["moe"]["fwd"] + st.output * logits_f,
             bwd=parts["dense"]["bwd"] + parts["moe"]["bwd"] + st.output * 2.0 * logits_f,
             rec=parts["dense"]["rec"] + parts["moe"]["rec"],
-            tp=layers * tp_layer,
+            tp=parts["dense"]["tp"] + parts["moe"]["tp"],
             cp=parts["dense"]["cp"] + parts["moe"]["cp"],
             ep=st.n_moe * ep_layer,
             stage=st,
@@ -130,10 +138,25 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
     return out
 
 
+def _exposed_share(prof, overlap: float) -> float:
+    """Cost of communication of which `overlap` is hidden: the exposed part plus the SMs the
+    hidden part takes from compute (`Profile.overlap_sm_fraction`)."""
+    return (1.0 - overlap) + overlap * prof.overlap_sm_fraction
+
+
+def _hidden_cost(prof, comm, window):
+    """Seconds `comm` adds when it may hide behind `window` of compute: what does not fit is
+    exposed, what fits still slows compute by the SM share NCCL takes."""
+    exposed = np.maximum(0.0, comm - window)
+    return exposed + prof.overlap_sm_fraction * (comm - exposed)
+
+
 def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bwd, m):
-    """Exposed data-parallel communication seconds per step for one stage (reference §5.5-5.6)."""
+    """Exposed data-parallel communication seconds per step for one stage (reference §5.5-5.6),
+    plus the compute slowdown of the hidden part."""
     gb = float(problem.training.grad_bytes)
-    ov = problem.profile.dp_overlap
+    prof = problem.profile
+    ov = prof.dp_overlap
     zero = t["zero"]
     total = np.zeros(len(t))
     for psi, grp in ((dense, groups["dpcp"]), (expert, groups["edp"])):
@@ -142,10 +165,11 @@ def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bw
         ag = collective_time(problem, Collective.ALL_GATHER, 2.0 * psi, grp)
         bucket = np.minimum(psi, np.maximum(DDP_BUCKET_PARAMS, 1e6 * grp.size))
         tail = collective_time(problem, Collective.REDUCE_SCATTER, gb * bucket, grp)
-        z0 = np.maximum(0.0, ar - ov * bwd) + np.where(ar > 0, tail, 0.0)
-        z1 = np.maximum(0.0, rs - ov * bwd) + np.maximum(0.0, ag - ov * fwd) + np.where(rs > 0, tail, 0.0)
-        z2 = m * np.maximum(0.0, rs - ov * bwd) + np.maximum(0.0, ag - ov * fwd) + np.where(rs > 0, tail, 0.0)
-        z3 = m * (np.maximum(0.0, ag - ov * fwd) + np.maximum(0.0, ag + rs - ov * bwd))
+        hide = lambda comm, window: _hidden_cost(prof, comm, ov * window)  # noqa: E731
+        z0 = hide(ar, bwd) + np.where(ar > 0, tail, 0.0)
+        z1 = hide(rs, bwd) + hide(ag, fwd) + np.where(rs > 0, tail, 0.0)
+        z2 = m * hide(rs, bwd) + hide(ag, fwd) + np.where(rs > 0, tail, 0.0)
+        z3 = m * (hide(ag, fwd) + hide(ag + rs, bwd))
         total = total + np.choose(zero, [z0, z1, z2, z3])
     return total
 

@@ -41,6 +41,10 @@ def read_table(path: Path) -> dict:
     """Read a TOML or JSON file into a dict, with readable errors."""
     try:
         text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"{path}: file not found") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not a text file (expected TOML or JSON)") from None
     except OSError as exc:
         raise SpecError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:

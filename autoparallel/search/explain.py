@@ -53,6 +53,10 @@ def nothing_fits_message(result) -> str:
     p = result.problem
     usable = p.cluster.gpu.hbm_gib * p.training.usable_fraction
     head = f"0 of {result.n_layouts:,} layouts fit in {usable:.0f} GiB"
+    blocked = result.reject_counts.get(f"target_{result.target}", 0) if result.target else 0
+    if blocked:
+        return (f"{head} and can be launched by {result.target}: {blocked:,} layouts fit but "
+                f"{result.target} cannot express them; try another --target or none")
     if result.nearest is None or len(result.nearest) == 0:
         counts = ", ".join(f"{k} {v:,}" for k, v in sorted(result.reject_counts.items(), key=lambda kv: -kv[1]))
         return (f"{head}: every layout breaks a rule ({counts}). Check the model's heads/layers "

@@ -39,7 +39,11 @@ class PlanResult:
     study: object | None = None
     """The Optuna study holding the kept survivors as trials (when requested)."""
     kept: int = 0
-    """Survivors stored as Optuna trials (at most `keep`)."""
+    """Survivors added as Optuna trials by this call (at most `keep`)."""
+    storage: str | None = None
+    """Optuna storage URL, None for in memory."""
+    target: str | None = None
+    """Launcher the ranked layouts must be expressible in (see `autoparallel.exporters`)."""
 
     def records(self) -> list[dict]:
         """Ranked layouts in the estimate JSON schema plus `rank`."""
@@ -93,6 +97,7 @@ def plan(
     study_name: str | None = None,
     with_study: bool = False,
     n_nearest: int = 5,
+    target: str | None = None,
 ) -> PlanResult:
     """Search every layout of `problem` (optionally narrowed by `space`) and rank those that fit.
 
@@ -106,6 +111,8 @@ def plan(
         study_name: name of the Optuna study (default derived from the problem).
         with_study: build the Optuna study even without a storage.
         n_nearest: when nothing fits, how many nearest misses to return.
+        target: keep only layouts this launcher can express (megatron, torchtitan, deepspeed,
+            nanotron, slurm); the others are counted under `target_<name>` in `reject_counts`.
 
     Example:
         >>> from autoparallel import make_problem
@@ -129,6 +136,15 @@ def plan(
     ev = evaluate(problem, fit_table, rules, arch=arch)
     order = rank_order(ev)
     survivors = ev.take(order)
+    target_rejected = 0
+    if target is not None:
+        from ..exporters import check, get_exporter
+
+        get_exporter(target)  # unknown target: ExportError before any work
+        ok = np.array([not check(target, problem, survivors.table.row(i))
+                       for i in range(len(survivors))], dtype=bool)
+        target_rejected = int(np.count_nonzero(~ok))
+        survivors = survivors.take(np.flatnonzero(ok))
     nearest = None
     if len(survivors) == 0 and len(valid_idx):
         miss = valid.take(np.flatnonzero(oom))
@@ -138,11 +154,15 @@ def plan(
         problem=problem, space=space, n_layouts=len(table), n_valid=len(valid_idx),
         n_fit=len(survivors), search_s=0.0, ranked=survivors.take(np.arange(min(top, len(survivors)))),
         survivors=survivors, nearest=nearest, reject_counts=count_rejections(flags),
+        target=target,
     )
+    if target_rejected:
+        result.reject_counts[f"target_{target}"] = target_rejected
     if (with_study or storage) and len(survivors):
         from .study import study_from_survivors
 
         result.study, result.kept = study_from_survivors(result, keep, storage, study_name)
+        result.storage = storage
     result.search_s = time.perf_counter() - t0
     return result
 

@@ -33,6 +33,8 @@ class SweepSpec(Spec):
     gpus_per_node: PositiveInt = 8
     top: PositiveInt = 3
     profile: str | None = None
+    target: str | None = None
+    """Keep only layouts this launcher can express."""
 
 
 def load_sweep_file(path: str | Path) -> tuple[SweepSpec, SearchSpace]:
@@ -111,7 +113,7 @@ def run_sweep(spec: SweepSpec, space: SearchSpace, output: str | Path, rules=Non
             if key in done:
                 skipped += 1
             else:
-                result = plan(problem, space, top=spec.top, rules=rules)
+                result = plan(problem, space, top=spec.top, rules=rules, target=spec.target)
                 block = ranked_frame(result).to_csv(index=False, header=False)
                 handle.write(block)  # one write per problem: all its rows or none
                 handle.flush()

@@ -18,6 +18,9 @@ class Profile(Spec):
     """Fixed time per GEMM (launch, tail, wave quantisation), microseconds (ref §7.2 rule 3)."""
     attention_efficiency: float = Field(0.45, gt=0, le=1)
     """Fraction of peak reached by the fused attention kernel (FA2 35-50%, FA3/cuDNN 60-75%; ref §7.3)."""
+    cudnn_attention_efficiency: float = Field(0.6, gt=0, le=1)
+    """Fraction of peak reached by cuDNN fused attention / FlashAttention-3 (Transformer Engine;
+    `attention = "cudnn"`): 60-75% of H100 peak (ref §7.3, FA3 ~740 TFLOP/s [recalled])."""
     hbm_efficiency: float = Field(0.85, gt=0, le=1)
     """Fraction of HBM bandwidth reached by memory-bound kernels (STREAM 85-90%; ref §7.2 rule 1)."""
     elementwise_factor: NonNegativeFloat = 1.0
@@ -36,13 +39,16 @@ class Profile(Spec):
     """Latency per ring step over NVLink (NCCL LL128; ref §5.2)."""
     latency_inter_hop_us: NonNegativeFloat = 4.0
     """Latency per ring step over the network (NCCL LL128; ref §5.2)."""
-    tp_overlap: float = Field(0.0, ge=0, le=1)
-    """Fraction of tensor-parallel collectives hidden behind GEMMs (`--tp-comm-overlap`)."""
     ep_overlap: float = Field(0.0, ge=0, le=1)
     """Fraction of expert-parallel all-to-alls hidden behind compute."""
     dp_overlap: float = Field(1.0, ge=0, le=1)
     """Fraction of the overlappable compute (backward of the last micro-batch; forward of the
     first for parameter gathers) that actually hides data-parallel communication (ref §5.6)."""
+    overlap_sm_fraction: float = Field(0.18, ge=0, lt=1)
+    """Share of the GPU's SMs that NCCL kernels take while they overlap compute: hidden
+    communication still slows compute by this fraction of its duration. An NCCL all-gather on
+    H100 launched 24 thread blocks, i.e. 24 of 132 SMs (NVIDIA developer forum thread 337991,
+    "Compute-Communication Overlap Causes Severe GEMM Performance Degradation")."""
     step_overhead_ms: NonNegativeFloat = 0.0
     """Fixed time per step outside the model (data loading, logging, launch gaps), milliseconds."""
     memory_overhead_gib: NonNegativeFloat = 1.5
@@ -74,13 +80,18 @@ class GPUSpec(Spec):
     nvls: bool = False
     """Whether all-reduce inside the scale-up domain can use NVLink SHARP."""
     profile: dict[str, float] = Field(default_factory=dict)
-    """Overrides of `Profile` defaults that apply to this GPU."""
+    """Overrides of `Profile` defaults that apply to this GPU (calibrated where the preset says so)."""
+    reference_profile: dict[str, float] | None = None
+    """The knobs' literature values before calibration (hardware measurements, reference §6-§8):
+    the start point and prior centre of `autoparallel calibrate`, so that a fit (or a
+    leave-one-source-out check) never starts from numbers already fitted to the runs it is
+    judged on. Defaults to `profile`."""
     sources: dict[str, str] = Field(default_factory=dict)
     """Where each number comes from (field -> citation)."""
 
     @model_validator(mode="after")
     def _check_profile_keys(self) -> GPUSpec:
-        unknown = set(self.profile) - set(Profile.model_fields)
+        unknown = (set(self.profile) | set(self.reference_profile or {})) - set(Profile.model_fields)
         if unknown:
             raise ValueError(
                 f"unknown profile knob(s) {sorted(unknown)}; known: {sorted(Profile.model_fields)}"
@@ -90,6 +101,10 @@ class GPUSpec(Spec):
     def default_profile(self) -> Profile:
         """The efficiency profile with this GPU's overrides applied."""
         return Profile(**self.profile)
+
+    def reference(self) -> Profile:
+        """The uncalibrated (literature) profile of this GPU: `reference_profile`, else `profile`."""
+        return Profile(**(self.profile if self.reference_profile is None else self.reference_profile))
 
 
 class ClusterSpec(Spec):

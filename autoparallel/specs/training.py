@@ -21,8 +21,16 @@ class TrainingSpec(Spec):
     `fp32` gives Megatron's 18 (main grads kept in fp32; reference §1.2)."""
     usable_fraction: float = Field(0.9, gt=0, le=1)
     """Share of HBM the ledger may fill; the rest absorbs allocator fragmentation (seed: 0.9)."""
-    attention: Literal["flash", "eager"] = "flash"
-    """`flash`: fused attention, no s^2 scores stored; `eager`: scores materialised (ref §3.1-3.2)."""
+    attention: Literal["flash", "cudnn", "eager"] = "flash"
+    """`flash`: fused FlashAttention-2-class kernel, no s^2 scores stored; `cudnn`: the cuDNN fused
+    attention / FlashAttention-3 of Transformer Engine (Megatron-Core, NeMo), same memory as
+    `flash`, its own efficiency; `eager`: scores materialised (ref §3.1-3.2, §7.3)."""
+
+    tp_comm_overlap: bool = False
+    """Whether tensor-parallel collectives are overlapped with the GEMMs that produce and consume
+    them (Megatron `--tp-comm-overlap` with Transformer Engine userbuffers, TorchTitan async TP):
+    each collective is split and pipelined with the GEMM it feeds or follows, so it hides behind
+    that GEMM's time and only the excess is exposed."""
 
     @property
     def grad_bytes(self) -> int:

@@ -3,8 +3,8 @@ the measurements which one is really fastest.
 
 Modules: `command` (the `--measure` template), `runner` (one measurement as a subprocess),
 `claims` (no layout measured twice), `pool` (candidates and the sampler), `study` (storage,
-the study, seeding), `loop` (the ask/tell worker loop, heartbeats), `results` (measured vs predicted), `calibrate` (a small profile
-refit).
+the study, seeding), `loop` (the ask/tell worker loop, heartbeats), `results` (measured vs
+predicted), `calibrate` (a small profile refit).
 
 Example:
     >>> from autoparallel import make_problem

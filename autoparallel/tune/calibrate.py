@@ -31,7 +31,16 @@ from ..specs.layout import Layout
 from ..specs.problem import Problem
 
 KNOBS = ("gemm_efficiency", "attention_efficiency", "scaleup_efficiency", "nic_efficiency")
-"""Efficiency knobs the refit moves (plus `step_overhead_ms`)."""
+"""Efficiency knobs the refit moves (plus `step_overhead_ms`); with `attention = "cudnn"` the
+job's attention knob, `cudnn_attention_efficiency`, takes the place of `attention_efficiency`."""
+
+
+def knobs_for(problem: Problem) -> tuple[str, ...]:
+    """`KNOBS` with the attention knob the job's attention kernel uses."""
+    if problem.training.attention == "cudnn":
+        return tuple("cudnn_attention_efficiency" if k == "attention_efficiency" else k
+                     for k in KNOBS)
+    return KNOBS
 MIN_EFFICIENCY = 0.02
 
 
@@ -59,7 +68,8 @@ def _predict_s(problem: Problem, arch, table: LayoutTable, profile: Profile) -> 
 
 def fit_profile(problem: Problem, measured: list[tuple[Layout, float]],
                 prior_weight: float = 0.05) -> Calibration:
-    """Refit `KNOBS` and `step_overhead_ms` of `problem.profile` to (layout, step seconds) pairs.
+    """Refit `knobs_for(problem)` and `step_overhead_ms` of `problem.profile` to (layout, step
+    seconds) pairs.
 
     Raises:
         ValueError: fewer than two measurements.
@@ -72,13 +82,14 @@ def fit_profile(problem: Problem, measured: list[tuple[Layout, float]],
     table = LayoutTable.from_layouts([lay for lay, _ in measured], problem.cluster.n_gpus)
     y = np.log(np.array([t for _, t in measured], dtype=float))
     base = problem.profile
-    start = np.array([getattr(base, k) for k in KNOBS])
+    knobs = knobs_for(problem)
+    start = np.array([getattr(base, k) for k in knobs])
     median_ms = float(np.median(np.exp(y))) * 1e3
     w = np.sqrt(prior_weight)
 
     def profile_at(x: np.ndarray) -> Profile:
-        knobs = {k: float(min(1.0, v)) for k, v in zip(KNOBS, start * x[:-1])}
-        return base.model_copy(update=knobs | {"step_overhead_ms": float(x[-1])})
+        moved = {k: float(min(1.0, v)) for k, v in zip(knobs, start * x[:-1])}
+        return base.model_copy(update=moved | {"step_overhead_ms": float(x[-1])})
 
     def residuals(x: np.ndarray) -> np.ndarray:
         pred = _predict_s(problem, arch, table, profile_at(x))
@@ -86,7 +97,7 @@ def fit_profile(problem: Problem, measured: list[tuple[Layout, float]],
         prior = w * np.append(np.log(x[:-1]), (x[-1] - base.step_overhead_ms) / median_ms)
         return np.concatenate([fit, prior])
 
-    x0 = np.append(np.ones(len(KNOBS)), base.step_overhead_ms)
+    x0 = np.append(np.ones(len(knobs)), base.step_overhead_ms)
     lower = np.append(MIN_EFFICIENCY / start, 0.0)
     upper = np.append(1.0 / start, max(median_ms, base.step_overhead_ms + 1e-9))
     sol = least_squares(residuals, x0, bounds=(lower, upper), method="trf", x_scale="jac")
@@ -96,7 +107,7 @@ def fit_profile(problem: Problem, measured: list[tuple[Layout, float]],
     prof = profile_at(sol.x)
     if after > before:  # keep the promise of never being worse on the measurements
         prof, after = base, before
-    fitted = {k: float(getattr(prof, k)) for k in (*KNOBS, "step_overhead_ms")}
+    fitted = {k: float(getattr(prof, k)) for k in (*knobs, "step_overhead_ms")}
     return Calibration(prof, fitted, n, before, after)
 
 
@@ -118,7 +129,8 @@ def write_profile(path: str | Path, cal: Calibration, problem: Problem, study: s
     lines += [f"{k} = {_toml_value(v)}" for k, v in cal.profile.model_dump().items()]
     d = problem.describe()
     lines += ["", "[meta]", f"study = {_toml_value(study)}"]
-    lines += [f"{k} = {_toml_value(d[k])}" for k in ("model", "gpu", "n_gpus", "seq_len", "global_batch")]
+    lines += [f"{k} = {_toml_value(d[k])}"
+              for k in ("model", "gpu", "n_gpus", "seq_len", "global_batch")]
     lines += [f"n_measurements = {cal.n_measurements}",
               f"rms_log_error_before = {cal.rms_log_error_before!r}",
               f"rms_log_error_after = {cal.rms_log_error_after!r}",

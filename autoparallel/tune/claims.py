@@ -26,7 +26,9 @@ import threading
 import time
 import uuid
 
-from sqlalchemy import Column, Float, Integer, MetaData, String, Table, create_engine, insert, select, update
+from sqlalchemy import (
+    Column, Float, Integer, MetaData, String, Table, create_engine, insert, select, update,
+)
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 TABLE_NAME = "autoparallel_tune_claims"

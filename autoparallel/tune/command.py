@@ -8,9 +8,9 @@ create — a placeholder inside the script of `sh -c '...'` — is refused at pa
 
 Placeholders (see `PLACEHOLDERS`): layout axes (`{tp}`, `{pp}`, ...), job facts (`{n_gpus}`,
 `{seq_len}`, ...), bookkeeping (`{trial}`, `{trial_dir}`, `{layout}`), launcher renderings from
-`autoparallel.exporters.render` (`{megatron_args}` and `{megatron_cmd}` expand to several
-arguments and must stand alone; `{torchtitan_toml}` and `{deepspeed_json}` are paths of files
-written for the trial). Write `{{` and `}}` for literal braces.
+`autoparallel.exporters.render` (`{megatron_args}` expands to several arguments and must stand
+alone; `{megatron_script}`, `{torchtitan_toml}` and `{deepspeed_json}` are paths of files written
+for the trial). Write `{{` and `}}` for literal braces.
 """
 
 from __future__ import annotations
@@ -40,16 +40,19 @@ PLACEHOLDERS: dict[str, str] = {
     "model": "model name", "gpu": "GPU preset name",
     "trial": "Optuna trial number", "study": "Optuna study name",
     "trial_dir": "a directory for this trial (holds output.log and rendered configs)",
-    "megatron_args": "Megatron-LM flags (the arguments after pretrain_gpt.py); stands alone",
-    "megatron_cmd": "the whole torchrun ... pretrain_gpt.py command; stands alone",
+    "megatron_args": "Megatron-LM flags of the layout (what the exporter puts after "
+                     "pretrain_gpt.py); several arguments, stands alone",
+    "megatron_script": "path of the Megatron launch script written for the trial (run it with "
+                       "bash; extra arguments reach pretrain_gpt.py)",
     "torchtitan_toml": "path of a torchtitan TOML written for the trial",
     "deepspeed_json": "path of a DeepSpeed JSON written for the trial",
 }
 """Every placeholder `--measure` may use, with what it becomes."""
 
-SPLICED = {"megatron_args": "megatron", "megatron_cmd": "megatron"}
+SPLICED = {"megatron_args": "megatron"}
 """Placeholders that expand to several arguments (exporter target each needs)."""
-FILES = {"torchtitan_toml": ("torchtitan", "torchtitan.toml"),
+FILES = {"megatron_script": ("megatron", "megatron.sh"),
+         "torchtitan_toml": ("torchtitan", "torchtitan.toml"),
          "deepspeed_json": ("deepspeed", "deepspeed.json")}
 """Placeholders that become a file path (exporter target, file name)."""
 SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "csh", "tcsh"}
@@ -88,7 +91,8 @@ class CommandTemplate:
         except ValueError as exc:
             raise SpecError(f"`--measure` {text!r}: cannot split into arguments ({exc})") from None
         if not tokens:
-            raise SpecError("`--measure` is empty: give the command that runs a short training job")
+            raise SpecError("`--measure` is empty: give the command that runs a short "
+                            "training job")
         fields: set[str] = set()
         for tok in tokens:
             try:
@@ -139,9 +143,9 @@ def _refuse_shell_scripts(tokens: list[str]) -> None:
                 script = tokens[j + 1] if j + 1 < len(tokens) else ""
                 if any(f for _, f in _fields(script)):
                     raise SpecError(
-                        f"`--measure`: placeholders inside the {tok} -c script {script!r} would be "
-                        "parsed by the shell; pass them as separate arguments instead, e.g. "
-                        f"{tok} -c 'train \"$@\"' {tok} {{megatron_args}}")
+                        f"`--measure`: placeholders inside the {tok} -c script {script!r} "
+                        "would be parsed by the shell; pass them as separate arguments instead, "
+                        f"e.g. {tok} -c 'train \"$@\"' {tok} {{megatron_args}}")
                 break
             j += 1
 
@@ -153,19 +157,36 @@ def exporters_module():
     except ModuleNotFoundError as exc:
         if exc.name not in ("autoparallel.exporters", "autoparallel"):
             raise
-        raise SpecError("the launcher placeholders ({megatron_args}, {megatron_cmd}, "
+        raise SpecError("the launcher placeholders ({megatron_args}, {megatron_script}, "
                         "{torchtitan_toml}, {deepspeed_json}) need autoparallel.exporters, which "
                         "this build does not have; use the layout placeholders ({tp}, {pp}, ...)"
                         ) from None
 
 
-def megatron_split(command: str) -> tuple[list[str], list[str]]:
-    """Split the Megatron exporter's command into (whole command, flags after the `.py` script)."""
-    argv = shlex.split(command)
-    for i, tok in enumerate(argv):
-        if tok.endswith(".py"):
-            return argv, argv[i + 1:]
-    raise ExportError(f"the megatron command has no training script (*.py): {command!r}")
+def megatron_split(script: str) -> tuple[list[str], dict[str, str]]:
+    """From the Megatron exporter's launch script: the flags after the training script (`*.py`)
+    and the environment its `export NAME=value` lines set.
+
+    Raises:
+        ExportError: no training-script line, or a flag that only a shell could expand.
+    """
+    env: dict[str, str] = {}
+    flags: list[str] | None = None
+    for line in script.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        if words[:1] == ["export"]:
+            env |= dict(w.split("=", 1) for w in words[1:] if "=" in w)
+            continue
+        script_at = next((i for i, w in enumerate(words) if w.endswith(".py")), None)
+        if script_at is not None:
+            flags = [w for w in words[script_at + 1:] if w != "$@"]
+    if flags is None:
+        raise ExportError("the megatron export has no training-script (*.py) line")
+    for w in flags:
+        if "$" in w:
+            raise ExportError(f"the megatron flag {w!r} needs a shell to expand; use "
+                              "{megatron_script} with bash instead of {megatron_args}")
+    return flags, env
 
 
 def layout_values(problem: Problem, layout: Layout, *, trial: int, study: str,
@@ -187,9 +208,11 @@ def layout_values(problem: Problem, layout: Layout, *, trial: int, study: str,
 
 
 def render_exports(template: CommandTemplate, problem: Problem, layout: Layout,
-                   trial_dir: Path | None) -> dict[str, str | list[str]]:
-    """Values of the exporter placeholders the template uses; files are written into
-    `trial_dir` (nothing is written when it is None: a dry run to check expressibility).
+                   trial_dir: Path | None) -> tuple[dict[str, str | list[str]], dict[str, str]]:
+    """(placeholder values, environment) of the exporter placeholders the template uses. Files
+    are written into `trial_dir` (nothing is written when it is None: a dry run to check that
+    the layout can be expressed). The environment holds what the Megatron script exports (e.g.
+    CUDA_DEVICE_MAX_CONNECTIONS=1) when `{megatron_args}` is used without the script.
 
     Raises:
         ExportError: a target cannot express the layout.
@@ -197,17 +220,19 @@ def render_exports(template: CommandTemplate, problem: Problem, layout: Layout,
     """
     targets = template.exporter_targets
     if not targets:
-        return {}
+        return {}, {}
     render = exporters_module().render
     out: dict[str, str | list[str]] = {}
-    if "megatron" in targets:
-        whole, flags = megatron_split(render("megatron", problem, layout))
-        out["megatron_cmd"], out["megatron_args"] = whole, flags
+    env: dict[str, str] = {}
+    texts = {t: render(t, problem, layout) for t in sorted(targets)}
+    if "megatron_args" in template.fields:
+        out["megatron_args"], env = megatron_split(texts["megatron"])
     for name, (target, filename) in FILES.items():
         if name in template.fields:
-            text = render(target, problem, layout)
             path = (trial_dir or Path(".")) / filename
             if trial_dir is not None:
-                path.write_text(text, encoding="utf-8")
+                path.write_text(texts[target], encoding="utf-8")
+                if filename.endswith(".sh"):
+                    path.chmod(0o755)
             out[name] = str(path)
-    return out
+    return out, env

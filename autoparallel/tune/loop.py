@@ -142,13 +142,13 @@ def _measure(s: TuneSession, trial, cand) -> None:
                                  study=s.study.study_name, trial_dir=trial_dir,
                                  grad_accum=cand.grad_accum)
     try:
-        values |= render_exports(cfg.template, cfg.problem, cand.layout, trial_dir)
+        exported, export_env = render_exports(cfg.template, cfg.problem, cand.layout, trial_dir)
     except AutoParallelError as exc:  # e.g. a pool stored by a run with another template
         _drop(s, trial, "export", str(exc))
         s.log(f"trial {trial.number}: {cand.slug} cannot be rendered: {exc}")
         return
-    argv = cfg.template.render(values)
-    env = dict(cfg.env if cfg.env is not None else os.environ)
+    argv = cfg.template.render(values | exported)
+    env = dict(cfg.env if cfg.env is not None else os.environ) | export_env
     env |= {"AUTOPARALLEL_LAYOUT": cand.slug, "AUTOPARALLEL_TRIAL": str(trial.number),
             "AUTOPARALLEL_STUDY": s.study.study_name}
     s.log(f"trial {trial.number}: {cand.slug} (predicted {cand.predicted_s:.4g} s, "

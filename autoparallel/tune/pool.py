@@ -19,12 +19,12 @@ How the predicted step time is used as prior knowledge:
 Why: the pool's layouts differ by a few percent in prediction, and the model's errors tend to be
 systematic per axis value (a collective, a schedule, a ZeRO stage), so a correction per axis
 value learnt from a handful of measurements carries over to the layouts not yet measured; TPE,
-which learns from its own trials alone, needs more of them. Measured with
-`benchmarks/tune_sampler.py` (20 random hidden worlds x 3 seeds, 40 candidates, trials until
-the true best is measured; mean / worst): this scheme with TPE 7.4 / 16, with random proposals
-7.3 / 18, without proposals 7.4 / 14; TPE snapped to the nearest pool layout with predicted-time
-tie-breaks 8.8 / 28; predicted order 10.3 / 36; random snapped 14.8 / 35. The learned score does
-the work; TPE (the default) adds diversity between parallel workers rather than speed.
+which learns from its own trials alone, needs more of them. `benchmarks/tune_sampler.py`
+(20 random hidden worlds x 3 seeds, 40 candidates; trials until the true best is measured,
+mean / worst): with the learned score, TPE 5.9 / 12, random proposals 6.5 / 14, no proposals
+6.0 / 13; without it, TPE snapped to the nearest pool layout 8.9 / 24, random snapped
+10.1 / 27, predicted order 9.8 / 26. The learned score does most of the work; TPE (the default)
+adds a little, and diversity between parallel workers.
 
 The sampler claims the layout it returns (see `claims.py`) before the trial sees it, so two
 workers never get the same layout.

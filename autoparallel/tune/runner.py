@@ -54,10 +54,12 @@ class MetricParser:
         try:
             rx = re.compile(text)
         except re.error as exc:
-            raise SpecError(f"`--metric-regex` {text!r}: not a valid regular expression ({exc})") from None
+            raise SpecError(f"`--metric-regex` {text!r}: not a valid regular expression "
+                            f"({exc})") from None
         if rx.groups == 0:
             raise SpecError(f"`--metric-regex` {text!r}: needs a group around the number, e.g. "
-                            r"'step_time_s=([0-9.]+)', or a named group (?P<ms>...) for milliseconds")
+                            r"'step_time_s=([0-9.]+)', or a named group (?P<ms>...) for "
+                            "milliseconds")
         return cls(rx)
 
     def values_s(self, text: str) -> list[float]:

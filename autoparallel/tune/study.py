@@ -1,4 +1,5 @@
-"""The tuning loop: an Optuna study (ask/tell) whose trials are measured layouts.
+"""The tuning study: storage, the Optuna study whose trials are measured layouts, its candidate
+pool and its seeds (the worker loop is `loop.py`).
 
 Storage: in memory by default; any SQLAlchemy URL Optuna accepts (`sqlite:///tune.db`,
 `postgresql://user@host/db`) to share one study between workers and to resume it.
@@ -7,9 +8,10 @@ Workers: `tune` runs `workers` threads in this process; any number of processes 
 run the same command against the same storage. Each measurement is preceded by a claim
 (`claims.py`), so no layout is measured twice. With a database storage every running trial
 sends a heartbeat; before each new trial a worker fails the trials whose heartbeat is older than
-the grace period (`optuna.storages.fail_stale_trials`) and Optuna's `RetryHeartbeatStaleTrialCallback`
-enqueues a copy of each, which takes over the dead trial's claim and measures the layout again.
-A rerun of the same command resumes the study: finished trials stay, new layouts are measured.
+the grace period (`optuna.storages.fail_stale_trials`) and Optuna's
+`RetryHeartbeatStaleTrialCallback` enqueues a copy of each, which takes over the dead trial's
+claim and measures the layout again. A rerun of the same command resumes the study: finished
+trials stay, new layouts are measured.
 """
 
 from __future__ import annotations
@@ -74,6 +76,11 @@ def problem_hash(problem: Problem) -> str:
     return hashlib.sha1(problem.model_dump_json().encode()).hexdigest()[:8]
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def open_storage(url: str | None, heartbeat_interval_s: int, grace_period_s: int, max_retry: int):
     """(Optuna storage, engine kwargs) for `url`; SpecError when it cannot be opened."""
     if url is None:
@@ -85,10 +92,10 @@ def open_storage(url: str | None, heartbeat_interval_s: int, grace_period_s: int
         kwargs = {"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
     for attempt in range(6):
         try:
+            retry = RetryHeartbeatStaleTrialCallback(max_retry=max_retry)
             storage = RDBStorage(
                 normalize_url(url), engine_kwargs=kwargs, heartbeat_interval=heartbeat_interval_s,
-                grace_period=grace_period_s,
-                heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=max_retry))
+                grace_period=grace_period_s, heartbeat_stale_trial_callback=retry)
             break
         except ImportError as exc:
             raise SpecError(f"`--storage` {url!r}: no database driver for this URL ({exc}); "
@@ -101,8 +108,9 @@ def open_storage(url: str | None, heartbeat_interval_s: int, grace_period_s: int
                                 or "already exists" in text or "locked" in text):
                 time.sleep(0.2 * (attempt + 1))
                 continue
-            first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-            raise SpecError(f"`--storage` {url!r}: cannot open the Optuna storage ({first})") from None
+            first = _first_line(exc)
+            raise SpecError(f"`--storage` {url!r}: cannot open the Optuna storage "
+                            f"({first})") from None
     return storage, kwargs
 
 
@@ -147,12 +155,12 @@ def open_session(config: TuneConfig, make_pool: Callable[[], CandidatePool],
                                     load_if_exists=True)
     except Exception as exc:
         raise SpecError(f"`--storage` {config.storage!r}: cannot create or load study {name!r} "
-                        f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+                        f"({_first_line(exc)})") from None
     attrs = study.user_attrs
     phash = problem_hash(config.problem)
     if "problem_hash" in attrs and attrs["problem_hash"] != phash:
-        raise SpecError(f"study {name!r} was created for another problem ({attrs.get('problem')}); "
-                        "pick another `--study` name")
+        raise SpecError(f"study {name!r} was created for another problem "
+                        f"({attrs.get('problem')}); pick another `--study` name")
     if "candidates" in attrs:
         from .pool import Candidate
 

@@ -1,0 +1,147 @@
+"""`autoparallel export`: write the launcher file (Megatron-LM script, TorchTitan TOML, DeepSpeed
+JSON, Nanotron YAML, sbatch script) of one layout, chosen by rank, by flags or by a CSV row."""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Annotated, Optional
+
+import typer
+
+from ..errors import ExportError, InfeasibleError, SpecError
+from ..specs.layout import Layout, Recompute
+from . import app
+from .options import (
+    Attention, GlobalBatch, Gpu, Gpus, GpusPerNode, GradDtype, InterBw, IntraBw, Model,
+    ProfileOpt, SeqLen, Usable, problem_from_options,
+)
+
+IntOpt = Annotated[Optional[int], typer.Option(show_default=False)]
+
+
+def _layout_from_flags(values: dict) -> Layout:
+    given = {k: v for k, v in values.items() if v is not None}
+    try:
+        return Layout(**given)
+    except ValueError as exc:
+        from ..errors import format_validation_error
+
+        raise SpecError(format_validation_error(exc, "layout")) from None
+
+
+def _ranked_layout(problem, rank: int) -> Layout:
+    from ..search.explain import nothing_fits_message
+    from ..search.plan import plan
+
+    if rank < 1:
+        raise SpecError(f"`--rank` = {rank}: ranks start at 1 (the fastest layout)")
+    result = plan(problem, top=rank)
+    if result.n_fit == 0:
+        raise InfeasibleError(nothing_fits_message(result))
+    if rank > len(result.ranked):
+        raise ExportError(f"--rank {rank}: only {result.n_fit} layout(s) fit this problem")
+    return result.ranked.table.row(rank - 1)
+
+
+def _warn_if_unfit(problem, layout: Layout) -> None:
+    from ..evaluate import estimate
+    from ..rules import active_rules
+
+    try:
+        rec = estimate(problem, layout, rules=active_rules(disabled=["tp_in_node"]))
+    except SpecError:
+        return
+    if not rec["fits"]:
+        mem = rec["memory_gib"]
+        typer.echo(f"warning: {layout.resolved(problem.cluster.n_gpus).slug} is predicted not to "
+                   f"fit: {mem['total']:.1f} GiB per GPU of {mem['usable']:.1f} usable", err=True)
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        if text.startswith("#!"):
+            mode = os.stat(path).st_mode
+            os.chmod(path, mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    except OSError as exc:
+        raise SpecError(f"--output {path}: cannot write ({exc.strerror or exc})") from None
+
+
+@app.command("export")
+def export_command(
+    target: Annotated[Optional[str], typer.Option("--target", help="megatron, torchtitan, deepspeed, nanotron or slurm.", show_default=False)] = None,
+    output: Annotated[Optional[str], typer.Option("--output", help="File to write (default: stdout).", show_default=False)] = None,
+    model: Model = None,
+    gpu: Gpu = None,
+    gpus: Gpus = None,
+    gpus_per_node: GpusPerNode = 8,
+    seq_len: SeqLen = None,
+    global_batch: GlobalBatch = None,
+    rank: Annotated[Optional[int], typer.Option("--rank", help="Export the N-th layout of `autoparallel plan` (1 = fastest).", show_default=False)] = None,
+    dp: Annotated[Optional[int], typer.Option(help="Data-parallel degree (default: derived).", show_default=False)] = None,
+    tp: Annotated[Optional[int], typer.Option(help="Tensor-parallel degree [1].", show_default=False)] = None,
+    pp: Annotated[Optional[int], typer.Option(help="Pipeline-parallel degree [1].", show_default=False)] = None,
+    vp: Annotated[Optional[int], typer.Option(help="Virtual stages per pipeline rank [1].", show_default=False)] = None,
+    cp: Annotated[Optional[int], typer.Option(help="Context-parallel degree [1].", show_default=False)] = None,
+    ep: Annotated[Optional[int], typer.Option(help="Expert-parallel degree [1].", show_default=False)] = None,
+    zero: Annotated[Optional[int], typer.Option(help="ZeRO stage 0-3 [1].", show_default=False)] = None,
+    recompute: Annotated[Optional[Recompute], typer.Option(help="Activation recomputation [none].", show_default=False)] = None,
+    sp: Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp > 1).", show_default=False)] = None,
+    micro_batch: Annotated[Optional[int], typer.Option(help="Sequences per micro-batch [1].", show_default=False)] = None,
+    from_csv: Annotated[Optional[str], typer.Option("--from", help="Sweep CSV holding the problem and the layout (with --row).", show_default=False)] = None,
+    row: Annotated[Optional[int], typer.Option("--row", help="Data row of the --from CSV, numbered from 1.", show_default=False)] = None,
+    profile: ProfileOpt = None,
+    grad_dtype: GradDtype = "bf16",
+    usable_fraction: Usable = 0.9,
+    attention: Attention = "flash",
+    intra_gbps: IntraBw = None,
+    inter_gbps: InterBw = None,
+) -> None:
+    """Write a launcher file for one layout: --rank N of the plan, layout flags, or --from CSV --row K."""
+    from ..exporters import EXPORTERS, get_exporter, render
+
+    if target is None:
+        raise SpecError(f"missing --target: choose one of {', '.join(EXPORTERS)}")
+    get_exporter(target)
+    flags = {"dp": dp, "tp": tp, "pp": pp, "vp": vp, "cp": cp, "ep": ep, "zero": zero,
+             "recompute": recompute, "sp": sp, "micro_batch": micro_batch}
+    layout_flags = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None]
+    if from_csv is not None:
+        problem_flags = [f for f, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus),
+                                        ("--seq-len", seq_len), ("--global-batch", global_batch),
+                                        ("--rank", rank)) if v is not None]
+        if problem_flags or layout_flags:
+            raise SpecError(f"--from takes the problem and the layout from the CSV row; drop "
+                            f"{', '.join(problem_flags + layout_flags)}")
+        if row is None:
+            raise SpecError("--from needs --row K (data rows are numbered from 1)")
+        from ..exporters.from_csv import read_sweep_row
+
+        problem, layout = read_sweep_row(from_csv, row)
+    else:
+        if row is not None:
+            raise SpecError("--row needs --from sweep.csv")
+        problem = problem_from_options(model, gpu, gpus, gpus_per_node, seq_len, global_batch,
+                                       profile, grad_dtype, usable_fraction, attention,
+                                       intra_gbps, inter_gbps)
+        if rank is not None and layout_flags:
+            raise SpecError(f"give either --rank or layout flags, not both (got --rank and "
+                            f"{', '.join(layout_flags)})")
+        if rank is not None:
+            layout = _ranked_layout(problem, rank)
+        elif layout_flags:
+            layout = _layout_from_flags(flags)
+        else:
+            raise SpecError("which layout? give --rank N (the N-th of `autoparallel plan`), "
+                            "layout flags (--tp 8 --pp 4 ...), or --from sweep.csv --row K")
+    text = render(target, problem, layout)
+    if rank is None:
+        _warn_if_unfit(problem, layout)
+    if output:
+        _write(output, text)
+        typer.echo(f"wrote {EXPORTERS[target].summary.split(':')[0]} for "
+                   f"{layout.resolved(problem.cluster.n_gpus).slug} to {output}", err=True)
+    else:
+        typer.echo(text, nl=False)

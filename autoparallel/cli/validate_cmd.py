@@ -1,0 +1,174 @@
+"""`autoparallel validate` (predict measured runs, report errors) and `autoparallel calibrate`
+(fit the efficiency profile of one GPU to measured runs)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import numpy as np
+import pandas as pd
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import SpecError
+from . import app
+
+RunsOpt = Annotated[str, typer.Option("--runs", help="CSV of measured runs (columns of shared/data/published_runs.csv).")]
+Fp16Opt = Annotated[bool, typer.Option("--include-fp16", help="Also use FP16 mixed-precision rows (same tensor-core peak as BF16 on A100/V100-era parts).")]
+
+
+def _console() -> Console:
+    """Rich console; wide when the output is not a terminal (files, CI logs)."""
+    return Console() if sys.stdout.isatty() else Console(width=200)
+
+
+def _pct(x) -> str:
+    return "-" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{100 * x:+.1f}%"
+
+
+def _apct(x) -> str:
+    return "-" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{100 * x:.1f}%"
+
+
+def summary_table(summ: pd.DataFrame, title: str) -> Table:
+    """Rich table of `report.summary` output."""
+    t = Table(title=title, title_justify="left")
+    for col in (str(summ.columns[0]), "used", "skipped", "median |err|", "p90 |err|", "bias", "mem rows",
+                "mem median |err|", "mem bias", "not fit", "> usable"):
+        t.add_column(col, justify="left" if col == str(summ.columns[0]) else "right")
+    for _, r in summ.iterrows():
+        style = "bold" if r.iloc[0] == "ALL" else None  # first column: the group (source or gpu)
+        t.add_row(str(r.iloc[0]), str(r["used"]), str(r["skipped"]), _apct(r["median_abs_err"]),
+                  _apct(r["p90_abs_err"]), _pct(r["bias"]), str(r["mem_rows"]),
+                  _apct(r["mem_median_abs_err"]), _pct(r["mem_bias"]), str(r["not_fit"]), str(r["over_usable"]),
+                  style=style)
+    return t
+
+
+def _print_report(console: Console, pred: pd.DataFrame, skipped: pd.DataFrame, title: str,
+                  details: bool = True) -> None:
+    from ..validation.report import skip_table, summary, worst
+
+    summ = summary(pred, skipped)
+    console.print(summary_table(summ, title))
+    if not details:
+        return
+    if len(pred):
+        by_gpu = summary(pred, by="gpu")
+        by_gpu["skipped"] = "-"
+        console.print(summary_table(by_gpu, "the same, per GPU preset"))
+    st = skip_table(skipped)
+    if len(st):
+        t = Table(title="skipped rows by reason", title_justify="left")
+        t.add_column("reason")
+        t.add_column("rows", justify="right")
+        t.add_column("sources")
+        for _, r in st.iterrows():
+            t.add_row(r["reason"], str(r["rows"]), r["sources"])
+        console.print(t)
+    if len(pred):
+        assumed = pd.Series([a for s in pred["assumptions"] for a in s.split("; ") if a])
+        if len(assumed):
+            t = Table(title="assumptions made for used rows", title_justify="left")
+            t.add_column("assumption")
+            t.add_column("rows", justify="right")
+            for name, n in assumed.value_counts().items():
+                t.add_row(name, str(n))
+            console.print(t)
+        w = worst(pred, 10)
+        t = Table(title="worst ten rows (|step error|)", title_justify="left")
+        for col in ("row", "source", "model", "GPUs", "layout", "measured s", "predicted s",
+                    "error", "largest cost items"):
+            t.add_column(col)
+        for _, r in w.iterrows():
+            t.add_row(str(r["row_id"]), str(r["source"]), str(r["model"])[:28], str(r["n_gpus"]),
+                      str(r["layout"]), f"{r['measured_step_s']:.3g}", f"{r['predicted_step_s']:.3g}",
+                      _pct(r["step_err"]), str(r["top_items"]))
+        console.print(t)
+
+
+@app.command("validate")
+def validate_command(
+    runs: RunsOpt,
+    output: Annotated[Optional[str], typer.Option("--output", help="Write one row per used run (prediction, measurement, errors) to this CSV.", show_default=False)] = None,
+    plot: Annotated[Optional[str], typer.Option("--plot", help="Write a predicted-vs-measured scatter (PNG).", show_default=False)] = None,
+    profile: Annotated[Optional[list[str]], typer.Option("--profile", help="Calibrated profile TOML (repeatable; a file's `gpu` key says which GPU it applies to).", show_default=False)] = None,
+    include_fp16: Fp16Opt = False,
+) -> None:
+    """Predict measured runs and report the error per source and overall."""
+    from ..validation.loso import profiles_from_files
+    from ..validation.report import plot as draw
+    from ..validation.report import predict
+    from ..validation.runs import load_cases, read_runs
+
+    frame = read_runs(runs)
+    profiles = profiles_from_files(profile or [])
+    cases, skipped = load_cases(frame, allow_fp16=include_fp16)
+    console = _console()
+    console.print(f"{len(frame)} rows in {runs}: {len(cases)} used, {len(skipped)} skipped")
+    pred = predict(cases, profiles)
+    _print_report(console, pred, skipped, "step-time error per source (prediction / measurement - 1)")
+    if output:
+        pred.to_csv(output, index=False)
+        console.print(f"per-run report -> {output}")
+    if plot:
+        if not len(pred):
+            raise SpecError("--plot: no usable runs to plot")
+        draw(pred, plot)
+        console.print(f"plot -> {plot}")
+
+
+@app.command("calibrate")
+def calibrate_command(
+    runs: RunsOpt,
+    gpu: Annotated[str, typer.Option("--gpu", help="GPU preset whose runs are fitted (one chip's memory sizes are fitted together, e.g. a100-40gb + a100-80gb).")],
+    output: Annotated[str, typer.Option("--output", help="Profile TOML to write (use with --profile).")],
+    knobs: Annotated[Optional[str], typer.Option("--knobs", help="Comma-separated Profile knobs to fit (default: a physically identifiable set).", show_default=False)] = None,
+    loss: Annotated[str, typer.Option("--loss", help="Robust loss of scipy least_squares: soft_l1, huber, cauchy, arctan, linear.")] = "soft_l1",
+    prior_weight: Annotated[float, typer.Option("--prior-weight", help="Weight of the pull towards the preset's reference values (0 = none).")] = 1.0,
+    loso: Annotated[bool, typer.Option("--loso/--no-loso", help="Also report leave-one-source-out errors (one fit per source).")] = True,
+    include_fp16: Fp16Opt = False,
+) -> None:
+    """Fit the efficiency knobs of one GPU to measured runs (robust least squares on log step
+    time, physical bounds) and write them as a profile file."""
+    from ..presets import load_gpu
+    from ..validation.calibrate import DEFAULT_KNOBS, check_knobs, toml_text
+    from ..validation.loso import fit_group, group_of, loso_predictions
+    from ..validation.report import predict, summary
+    from ..validation.runs import load_cases, read_runs
+
+    if loss not in ("soft_l1", "huber", "cauchy", "arctan", "linear"):
+        raise SpecError(f"--loss {loss!r}: use soft_l1, huber, cauchy, arctan or linear")
+    if prior_weight < 0:
+        raise SpecError("--prior-weight must be >= 0")
+    names = check_knobs([k.strip() for k in knobs.split(",") if k.strip()]) if knobs else DEFAULT_KNOBS
+    preset = load_gpu(gpu).name
+    grp = (preset,) + tuple(g for g in group_of(preset) if g != preset)
+    cases, skipped = load_cases(read_runs(runs), allow_fp16=include_fp16)
+    result, chosen = fit_group(cases, grp, knobs=names, loss=loss, prior_weight=prior_weight)
+    console = _console()
+    base = load_gpu(preset).reference()
+    t = Table(title=f"fitted knobs ({len(chosen)} runs of {', '.join(grp)})", title_justify="left")
+    for col in ("knob", "reference", "fitted", "+- (runs alone)", "identified"):
+        t.add_column(col, justify="right" if col != "knob" else "left")
+    for k, v in result.knobs.items():
+        t.add_row(k, f"{getattr(base, k):.4g}", f"{v:.4g}", f"{result.std[k]:.2g}",
+                  "yes" if result.identified(k) else "no (prior)")
+    console.print(t)
+    sources = sorted({c.source for c in chosen})
+    in_sample = predict(chosen, {g: result.profile for g in grp})
+    console.print(summary_table(summary(in_sample), "in-sample error (fitted on these runs)"))
+    extra = {}
+    if loso and len(sources) > 1:
+        held, _ = loso_predictions(chosen, grp, knobs=names, loss=loss, prior_weight=prior_weight)
+        summ = summary(held)
+        console.print(summary_table(summ, "leave-one-source-out error (each source predicted by a fit to the others)"))
+        overall = summ[summ["source"] == "ALL"].iloc[0]
+        extra = {"loso_median_abs_err": float(overall["median_abs_err"]),
+                 "loso_p90_abs_err": float(overall["p90_abs_err"]),
+                 "loso_bias": float(overall["bias"])}
+    Path(output).write_text(toml_text(result, grp, runs, sources, extra), encoding="utf-8")
+    console.print(f"profile -> {output} (use: autoparallel estimate ... --profile {output})")

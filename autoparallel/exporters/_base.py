@@ -1,0 +1,144 @@
+"""`Exporter`: the contract every launcher target follows, and `Job`, the launch numbers derived
+once from a (problem, layout) pair.
+
+An exporter first lists what its launcher cannot express (`check`); `render` refuses with
+those reasons rather than writing a file that would launch a different layout. Facts about
+each launcher (flag names, defaults, validation) come from the project's launcher reference
+`launchers.md` (read from each launcher's source at the commits it names; summarised in
+`docs/export.md`); each module cites the section it follows.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..errors import ExportError
+from ..specs.layout import Layout, Recompute
+from ..specs.problem import Problem
+
+HARD_RULES = ("world", "heads", "layers", "seq", "batch", "interleave", "experts")
+"""autoparallel's own feasibility rules that every launcher shares (launchers.md §7 items 1-3, 5,
+6, 9, 11). `tp_in_node` and `ep_in_node` are performance rules, not launcher limits: a layout
+that breaks them is still exported."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """The numbers every launcher file is written from (derived once, checked by the caller)."""
+
+    problem: Problem
+    layout: Layout
+    """The layout with `dp` and `sp` resolved against the GPU count."""
+    n_gpus: int
+    """GPUs in the job (world size)."""
+    n_nodes: int
+    """Nodes the job occupies."""
+    gpus_per_node: int
+    """Processes (GPUs) started per node: `torchrun --nproc-per-node`."""
+    micro_batches: int
+    """Micro-batches per optimizer step per data-parallel replica, M = GBS / (MBS x DP): Megatron's
+    num_microbatches, DeepSpeed's gradient_accumulation_steps, Nanotron's
+    batch_accumulation_per_replica (launchers.md §7 item 3)."""
+
+    @classmethod
+    def of(cls, problem: Problem, layout: Layout) -> Job:
+        """Resolve `layout` against `problem`'s cluster and derive the launch numbers."""
+        n = problem.cluster.n_gpus
+        lay = layout.resolved(n)
+        per_node = min(problem.cluster.gpus_per_node, n)
+        nodes = max(1, -(-n // per_node))
+        m = problem.training.global_batch // max(1, lay.dp * lay.micro_batch)
+        return cls(problem, lay, n, nodes, per_node, m)
+
+    @property
+    def layers_per_virtual_stage(self) -> int:
+        """Transformer layers in one model chunk, L / (PP x VP) (0 when that does not divide)."""
+        chunks = self.layout.pp * self.layout.vp
+        layers = self.problem.model.n_layers
+        return layers // chunks if layers % chunks == 0 else 0
+
+    @property
+    def data_group(self) -> int:
+        """Size of the group ZeRO shards over in autoparallel's cost model: DP x CP."""
+        return int(self.layout.dp) * self.layout.cp
+
+    @property
+    def header(self) -> list[str]:
+        """Comment lines (without the comment marker) naming the problem and the layout."""
+        p, lay = self.problem, self.layout
+        nodes = f"{self.n_nodes} node{'s' if self.n_nodes > 1 else ''}"
+        return [
+            f"autoparallel export: {p.model.name} on {self.n_gpus} x {p.cluster.gpu.name} "
+            f"({nodes} x {self.gpus_per_node} GPUs)",
+            f"layout {lay.slug}; seq {p.training.seq_len}, global batch "
+            f"{p.training.global_batch}, {self.micro_batches} micro-batches per step per replica",
+        ]
+
+
+def comments(lines: list[str], marker: str = "#", width: int = 99) -> list[str]:
+    """Comment lines wrapped at `width` columns; wrapped parts are indented by two spaces."""
+    out = []
+    for line in lines:
+        out += textwrap.wrap(line, width, initial_indent=f"{marker} ",
+                             subsequent_indent=f"{marker}   ", break_on_hyphens=False,
+                             break_long_words=False)
+    return out
+
+
+def common_reasons(job: Job) -> list[str]:
+    """Reasons shared by every target: the layout breaks one of autoparallel's hard rules (the
+    rules every launcher applies too), one reason per rule with the values involved."""
+    from ..cost.arch import build_arch
+    from ..evaluate import _layout_error
+    from ..layouts import LayoutTable
+    from ..rules import RULE_BY_NAME, check_rules
+
+    rules = tuple(RULE_BY_NAME[name] for name in HARD_RULES)
+    table = LayoutTable.from_layouts([job.layout], job.n_gpus)
+    flags = int(check_rules(job.problem, build_arch(job.problem.model), table, rules)[0])
+    return [
+        _layout_error(job.problem, job.layout, int(rule.flag)).removeprefix("layout: ")
+        for rule in rules if flags & int(rule.flag)
+    ]
+
+
+class Exporter(ABC):
+    """One launcher target: a name, a file suffix, what it cannot express, and the file text."""
+
+    name: ClassVar[str]
+    """Target name used by `--target` and `render(target, ...)`."""
+    suffix: ClassVar[str]
+    """File suffix of the rendered text (`.sh`, `.toml`, `.json`, `.yaml`)."""
+    summary: ClassVar[str]
+    """One line: what the rendered file is."""
+
+    def check(self, problem: Problem, layout: Layout) -> list[str]:
+        """Reasons this target cannot launch `layout` for `problem` (empty when it can)."""
+        job = Job.of(problem, layout)
+        reasons = common_reasons(job)
+        return reasons + [r for r in self.limits(job) if r not in reasons]
+
+    def render(self, problem: Problem, layout: Layout) -> str:
+        """The launcher file for `layout`. Raises `ExportError` (with the reasons) when the target
+        cannot express it."""
+        reasons = self.check(problem, layout)
+        if reasons:
+            raise ExportError(f"{self.name} cannot launch {layout.resolved(problem.cluster.n_gpus).slug}: "
+                              + "; ".join(reasons))
+        return self.text(Job.of(problem, layout))
+
+    @abstractmethod
+    def limits(self, job: Job) -> list[str]:
+        """Target-specific reasons (the hard rules are already checked)."""
+
+    @abstractmethod
+    def text(self, job: Job) -> str:
+        """The file text; only called for a job that passed `check`."""
+
+
+def recompute_of(job: Job) -> Recompute:
+    """The layout's recompute choice as the enum."""
+    return Recompute(job.layout.recompute)

@@ -1,0 +1,77 @@
+"""Read one (problem, layout) pair from a row of a sweep CSV (`autoparallel sweep`, `plan --format
+csv`) or of a batch-estimate CSV: the columns of `output.frames.SWEEP_COLUMNS` that describe the
+problem and the layout. Rows are numbered from 1, the first line after the header."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ..batch import _bool, _int, _text
+from ..errors import AutoParallelError, SpecError
+from ..problem import make_problem
+from ..specs.layout import Layout
+from ..specs.problem import Problem
+
+REQUIRED = ("model", "gpu", "n_gpus", "seq_len", "global_batch", "tp", "pp")
+"""Columns a row must have; `gpus_per_node` (8), `dp` (derived), `vp`, `cp`, `ep` (1), `zero`
+(1), `recompute` (none), `sp` (on with TP) and `micro_batch` (1) take defaults when absent."""
+OPTIONAL = ("gpus_per_node", "dp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch")
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """The CSV as strings, with the required columns checked."""
+    where = f"--from {path}"
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except FileNotFoundError:
+        raise SpecError(f"{where}: file not found") from None
+    except (IsADirectoryError, PermissionError) as exc:
+        raise SpecError(f"{where}: cannot read ({exc.strerror})") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{where}: not a readable CSV ({str(exc).strip()})") from None
+    missing = [c for c in REQUIRED if c not in frame.columns]
+    if missing:
+        raise SpecError(f"{where}: missing column(s) {', '.join(missing)}; a sweep CSV (from "
+                        "`autoparallel sweep` or `plan --format csv`) has them")
+    for col in OPTIONAL:
+        if col not in frame.columns:
+            frame[col] = ""
+    return frame
+
+
+def read_sweep_row(path: str | Path, row: int) -> tuple[Problem, Layout]:
+    """The problem and the layout of data row `row` (1 = first row after the header).
+
+    Raises:
+        SpecError: missing file, unreadable CSV, missing columns, no such row, a row without a
+            layout (a 'nothing fits' row) or a malformed value, each naming the row and column.
+    """
+    frame = read_table(path)
+    if not 1 <= row <= len(frame):
+        raise SpecError(f"--row {row}: {path} has {len(frame)} data row(s), numbered from 1")
+    rec = frame.iloc[row - 1]
+    where = f"{path} row {row}"
+    if not str(rec["tp"]).strip() and "note" in frame.columns and str(rec["note"]).strip():
+        raise SpecError(f"{where} holds no layout: {str(rec['note']).strip()}")
+    try:
+        layout = Layout(
+            dp=_int(rec, "dp"), tp=_int(rec, "tp"), pp=_int(rec, "pp"), vp=_int(rec, "vp"),
+            cp=_int(rec, "cp"), ep=_int(rec, "ep"), zero=_int(rec, "zero"),
+            recompute=_text(rec, "recompute"), sp=_bool(rec, "sp"),
+            micro_batch=_int(rec, "micro_batch"),
+        )
+        problem_args = (_text(rec, "model"), _text(rec, "gpu"), _int(rec, "n_gpus"),
+                        _int(rec, "seq_len"), _int(rec, "global_batch"))
+        gpus_per_node = _int(rec, "gpus_per_node")
+    except AutoParallelError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    except ValueError as exc:  # pydantic: the first failure, named
+        err = exc.errors()[0] if hasattr(exc, "errors") else {"loc": (), "msg": str(exc)}
+        loc = ".".join(str(p) for p in err.get("loc", ())) or "layout"
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        raise SpecError(f"{where}: `{loc}` = {err.get('input')!r}: {msg}") from None
+    model, gpu, n_gpus, seq_len, global_batch = problem_args
+    problem = make_problem(model, gpu, n_gpus, seq_len, global_batch, gpus_per_node=gpus_per_node)
+    return problem, layout

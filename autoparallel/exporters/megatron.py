@@ -1,0 +1,205 @@
+"""Megatron-LM: a bash script that runs `torchrun ... pretrain_gpt.py` with Megatron-LM flags.
+
+Flags, defaults and checks follow launchers.md §1 (Megatron-LM `arguments.py` and Megatron-Core
+configs). Mapping of autoparallel's layout:
+
+| layout | Megatron-LM |
+|---|---|
+| dp | not a flag: Megatron derives DP = world / (TP x PP x CP) |
+| tp, sp | `--tensor-model-parallel-size`, `--sequence-parallel` |
+| pp, vp | `--pipeline-model-parallel-size`, `--num-layers-per-virtual-pipeline-stage L/(PP x VP)` |
+| cp | `--context-parallel-size` (default `--cp-comm-type p2p`: the ring the cost model prices) |
+| ep | `--expert-model-parallel-size` (expert TP left at its default, = TP, as the cost model) |
+| zero 0 | plain DDP (no sharding flag) |
+| zero 1 | `--use-distributed-optimizer` (optimizer state sharded over DP x CP) |
+| zero 2 | `--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads` |
+| zero 3 | `--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params` |
+| recompute | `selective`: `--recompute-granularity selective --recompute-modules core_attn`; `full`: `--recompute-granularity full --recompute-method uniform --recompute-num-layers 1` |
+
+Megatron-FSDP (ZeRO-2/3) is refused with interleaving and with MoE models: Megatron Bridge's
+Megatron-FSDP v2 forbids several model chunks per rank and MoE (launchers.md §7 item 7), and
+which FSDP version runs is Megatron's choice, not the script's.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from ..specs.layout import Recompute
+from ._base import Exporter, Job, comments, recompute_of
+
+SCRIPT = "pretrain_gpt.py"
+RDZV_PORT = 29500
+"""Rendezvous port of the launchers.md §1.2 / §6.2 examples."""
+
+SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
+"""ZeRO stage -> Megatron-FSDP `--data-parallel-sharding-strategy` (launchers.md §1.1: the values
+are ZeRO 0/1/2/3 as `no_shard`/`optim`/`optim_grads`/`optim_grads_params`)."""
+
+
+class Raw(str):
+    """A shell word written as is (already quoted, or meant to expand)."""
+
+
+def shell_line(words) -> str:
+    """Words joined for bash; plain words are quoted where needed, `Raw` ones kept."""
+    return " ".join(w if isinstance(w, Raw) else shlex.quote(str(w)) for w in words)
+
+
+def parallel_args(job: Job) -> list[list]:
+    """Parallelism, sharding, recompute, batch and precision flags, one list per script line."""
+    lay, tr = job.layout, job.problem.training
+    tp = ["--tensor-model-parallel-size", lay.tp] + (["--sequence-parallel"] if lay.sp else [])
+    if lay.sp and job.problem.training.tp_comm_overlap:
+        tp.append("--tp-comm-overlap")  # asserts SP (launchers.md §1.1)
+    pp = ["--pipeline-model-parallel-size", lay.pp]
+    if lay.vp > 1:
+        pp += ["--num-layers-per-virtual-pipeline-stage", job.layers_per_virtual_stage]
+    lines = [tp, pp, ["--context-parallel-size", lay.cp]]
+    if job.problem.model.moe is not None:
+        ep = ["--expert-model-parallel-size", lay.ep]
+        if lay.ep > 1:
+            ep += ["--moe-token-dispatcher-type", "alltoall"]
+        lines.append(ep)
+    if lay.zero == 1:
+        lines.append(["--use-distributed-optimizer", "--overlap-grad-reduce",
+                      "--overlap-param-gather"])
+    elif lay.zero in SHARDING:
+        lines.append(["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+                      SHARDING[lay.zero], "--ckpt-format", "fsdp_dtensor"])
+        lines.append(["--overlap-grad-reduce", "--overlap-param-gather"])
+    else:
+        lines.append(["--overlap-grad-reduce"])
+    rc = recompute_of(job)
+    if rc == Recompute.SELECTIVE:
+        lines.append(["--recompute-granularity", "selective", "--recompute-modules", "core_attn"])
+    elif rc == Recompute.FULL:
+        lines.append(["--recompute-granularity", "full", "--recompute-method", "uniform",
+                      "--recompute-num-layers", 1])
+    lines.append(["--micro-batch-size", lay.micro_batch, "--global-batch-size", tr.global_batch])
+    lines.append(["--seq-length", tr.seq_len, "--max-position-embeddings", tr.seq_len, "--bf16"])
+    return lines
+
+
+def model_args(job: Job) -> list[list]:
+    """Model-shape flags for what `ModelSpec` knows, one list per script line."""
+    m = job.problem.model
+    lines = [["--num-layers", m.n_layers, "--hidden-size", m.hidden_size,
+              "--ffn-hidden-size", m.ffn_hidden_size]]
+    attn = ["--num-attention-heads", m.n_heads]
+    if m.mla is not None:
+        attn += ["--multi-latent-attention", "--q-lora-rank", m.mla.q_lora_rank,
+                 "--kv-lora-rank", m.mla.kv_lora_rank]
+        lines.append(attn)
+        attn = ["--qk-head-dim", m.mla.qk_nope_head_dim, "--qk-pos-emb-head-dim",
+                m.mla.qk_rope_head_dim, "--v-head-dim", m.mla.v_head_dim]
+    else:
+        if m.kv_heads < m.n_heads:
+            attn += ["--group-query-attention", "--num-query-groups", m.kv_heads]
+        if m.head_dim is not None and m.head_dim != m.hidden_size // m.n_heads:
+            attn += ["--kv-channels", m.head_dim]
+    lines.append(attn)
+    misc = ["--swiglu"] if m.activation == "swiglu" else []
+    if not m.tied_embeddings:
+        misc.append("--untie-embeddings-and-output-weights")
+    if not m.dropout:
+        misc += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
+    if misc:
+        lines.append(misc)
+    if m.moe is not None:
+        moe = ["--num-experts", m.moe.n_experts, "--moe-router-topk", m.moe.top_k,
+               "--moe-ffn-hidden-size", m.moe.expert_ffn_hidden_size]
+        if m.moe.n_shared_experts:
+            moe += ["--moe-shared-expert-intermediate-size",
+                    m.moe.n_shared_experts * m.moe.expert_ffn_hidden_size]
+        if m.moe.n_dense_layers:
+            k = m.moe.n_dense_layers
+            moe += ["--moe-layer-freq", f"([0]*{k}+[1]*{m.n_layers - k})"]
+        lines.append(moe)
+    return lines
+
+
+def environment(job: Job) -> list[str]:
+    """`export`/`unset` lines Megatron needs (launchers.md §1.1 Environment, §7 item 14)."""
+    lay = job.layout
+    if lay.zero in SHARDING:
+        return ["# Megatron-FSDP needs CUDA_DEVICE_MAX_CONNECTIONS not to be 1",
+                "unset CUDA_DEVICE_MAX_CONNECTIONS"]
+    if lay.tp > 1 or lay.cp > 1:
+        return ["export CUDA_DEVICE_MAX_CONNECTIONS=1"]
+    return []
+
+
+def notes(job: Job) -> list[str]:
+    """Comment lines that explain the mapping and what the user must still add."""
+    lay, m = job.layout, job.problem.model
+    zero = {0: "ZeRO-0: plain data parallelism (no sharding)",
+            1: "ZeRO-1: Megatron's distributed optimizer (optimizer state sharded over DP x CP)",
+            2: "ZeRO-2: Megatron-FSDP, sharding strategy optim_grads",
+            3: "ZeRO-3: Megatron-FSDP, sharding strategy optim_grads_params"}[lay.zero]
+    return [
+        f"Megatron-LM derives DP = {job.n_gpus} / (TP {lay.tp} x PP {lay.pp} x CP {lay.cp}) = "
+        f"{lay.dp} and {job.micro_batches} micro-batches per step itself.",
+        zero + ".",
+        "Not part of the layout, so not written here: data, tokenizer (vocab "
+        f"{m.vocab_size}), optimizer, normalization, position embedding / rotary base, biases;",
+        "append those Megatron-LM arguments after this script's name (they reach \"$@\").",
+    ]
+
+
+def command_lines(job: Job, launcher: list[list]) -> list[str]:
+    """Launcher lines, then `pretrain_gpt.py` and every flag, as continued bash lines ending in
+    "$@" (the user's further arguments)."""
+    words = launcher[:-1] + [launcher[-1] + [SCRIPT]] + parallel_args(job) + model_args(job)
+    lines = [shell_line(words[0])] + ["  " + shell_line(w) for w in words[1:]] + ['  "$@"']
+    return [line + " \\" for line in lines[:-1]] + [lines[-1]]
+
+
+def torchrun_words(job: Job) -> list[list]:
+    """torchrun arguments (two lines) for this job run by hand on each node (launchers.md §1.2,
+    §6.1): `--standalone` on one node, a c10d rendezvous on the first node otherwise."""
+    if job.n_nodes == 1:
+        return [["torchrun", "--standalone", "--nnodes", 1, "--nproc-per-node", job.gpus_per_node]]
+    return [["torchrun", "--nnodes", job.n_nodes, "--nproc-per-node", job.gpus_per_node,
+             "--rdzv-id", Raw('"${JOB_ID:-autoparallel}"'), "--rdzv-backend", "c10d"],
+            ["--rdzv-endpoint", Raw(f'"${{HEAD_NODE:?set HEAD_NODE to the first node}}:{RDZV_PORT}"')]]
+
+
+def megatron_limits(job: Job) -> list[str]:
+    """What Megatron-LM cannot run among layouts that pass autoparallel's hard rules."""
+    lay, reasons = job.layout, []
+    if lay.zero in SHARDING and lay.vp > 1:
+        reasons.append(
+            f"ZeRO-{lay.zero} maps to Megatron-FSDP, which does not take several model chunks "
+            f"per pipeline rank (vp = {lay.vp}; launchers.md §7 item 7): use zero 0/1 or vp = 1")
+    if lay.zero in SHARDING and job.problem.model.moe is not None:
+        reasons.append(
+            f"ZeRO-{lay.zero} maps to Megatron-FSDP, which does not take MoE models "
+            "(launchers.md §7 item 7): use zero 0/1")
+    mla = job.problem.model.mla
+    if mla is not None and mla.q_lora_rank == 0:
+        reasons.append(
+            "MLA without query compression (q_lora_rank = 0): Megatron-Core spells that "
+            "q_lora_rank None, --q-lora-rank can only give a rank, and leaving it out keeps "
+            "the MLA config default of 512 (megatron-core 0.16.1 transformer_config.py), "
+            "which builds a different model")
+    return reasons
+
+
+class MegatronExporter(Exporter):
+    """Megatron-LM `pretrain_gpt.py` under torchrun, one script run on every node."""
+
+    name = "megatron"
+    suffix = ".sh"
+    summary = "bash script: torchrun ... pretrain_gpt.py with Megatron-LM flags"
+
+    def limits(self, job: Job) -> list[str]:
+        return megatron_limits(job)
+
+    def text(self, job: Job) -> str:
+        where = (f"Run this script on each of the {job.n_nodes} nodes with HEAD_NODE set to the "
+                 "first node's address (or export with --target slurm)." if job.n_nodes > 1
+                 else "Single node: run this script once.")
+        head = ["#!/usr/bin/env bash"] + comments(job.header + notes(job) + [where])
+        body = ["set -euo pipefail"] + environment(job)
+        return "\n".join(head + body + command_lines(job, torchrun_words(job))) + "\n"

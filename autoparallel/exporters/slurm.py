@@ -1,0 +1,47 @@
+"""SLURM: an sbatch script that starts one torchrun per node running the Megatron-LM command.
+
+Convention 1 of launchers.md §6.2 (one task per node + torchrun, c10d rendezvous on the first
+node of the allocation): `#SBATCH --nodes=N --ntasks-per-node=1 --gpus-per-node=G`, then
+`srun torchrun --nnodes N --nproc-per-node G --rdzv-id $SLURM_JOB_ID --rdzv-backend c10d
+--rdzv-endpoint $HEAD_NODE:29500 pretrain_gpt.py ...`. torchrun gives each node a contiguous
+block of ranks (launchers.md §6.1), which keeps TP groups inside a node as the cost model
+assumes. What it can express is exactly what the Megatron target can.
+"""
+
+from __future__ import annotations
+
+from ._base import Exporter, Job, comments
+from .megatron import RDZV_PORT, Raw, command_lines, environment, megatron_limits, notes
+
+
+class SlurmExporter(Exporter):
+    """sbatch script: N nodes x 1 task, srun torchrun ... pretrain_gpt.py."""
+
+    name = "slurm"
+    suffix = ".sh"
+    summary = "sbatch script: srun torchrun (c10d rendezvous) running the Megatron-LM command"
+
+    def limits(self, job: Job) -> list[str]:
+        return megatron_limits(job)
+
+    def text(self, job: Job) -> str:
+        name = f"ap-{job.problem.model.name}"
+        sbatch = [
+            "#!/bin/bash",
+            f"#SBATCH --job-name={name}",
+            f"#SBATCH --nodes={job.n_nodes}",
+            "#SBATCH --ntasks-per-node=1",
+            f"#SBATCH --gpus-per-node={job.gpus_per_node}",
+        ]
+        head = comments(job.header + notes(job)
+                        + ["Submit with: sbatch THIS.sh [more Megatron-LM arguments]"])
+        body = [
+            "set -euo pipefail",
+            '# sed reads the whole list: with pipefail, head could fail the script through SIGPIPE',
+            'HEAD_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
+        ] + environment(job)
+        torchrun = [["srun", "torchrun", "--nnodes", job.n_nodes,
+                     "--nproc-per-node", job.gpus_per_node, "--rdzv-id", Raw('"$SLURM_JOB_ID"'),
+                     "--rdzv-backend", "c10d"],
+                    ["--rdzv-endpoint", Raw(f'"$HEAD_NODE:{RDZV_PORT}"')]]
+        return "\n".join(sbatch + head + body + command_lines(job, torchrun)) + "\n"

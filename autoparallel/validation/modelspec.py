@@ -1,0 +1,154 @@
+"""Build a `ModelSpec` from the architecture columns of a measured-run row.
+
+The columns (`layers, hidden, heads, kv_heads, ffn_hidden, vocab`, MoE fields) follow
+`shared/data/README.md`. What they do not say is derived, and every derivation is returned as an
+assumption string so that the report can count it:
+
+- MLP type: gated (SwiGLU, three h x f matrices) for the Llama/Qwen/DeepSeek/Mixtral/GPT-OSS
+  families, two-matrix (GeLU) for GPT/MPT/BLOOM/OPT/MT-NLG; a name with no family falls back to
+  whichever matches the stated parameter count.
+- Tied embeddings: chosen by the stated parameter count (`params_total_b`, or `NumParams=` in the
+  notes) when one is given (the untied count is larger by V*h); otherwise from the word "tied" in
+  the row's notes; otherwise untied.
+- `head_dim N`, `first K layers` (dense layers before the MoE ones), `kv_lora / q_lora` (MLA) are
+  read from the notes.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import ValidationError
+
+from ..cost.arch import build_arch
+from ..errors import format_validation_error
+from ..presets import list_models, load_model
+from ..specs.model import ModelSpec
+
+GATED = re.compile(r"llama|qwen|deepseek|mixtral|mistral|gpt[- ]?oss|kimi|gemma", re.I)
+UNGATED = re.compile(r"\bgpt|mpt|bloom|opt\b|mt-nlg|nemotron", re.I)
+
+
+class RowSkip(Exception):
+    """The row cannot be used; the message is the counted skip reason."""
+
+
+def _num(row, col):
+    v = row.get(col)
+    if v is None or (isinstance(v, float) and v != v) or str(v).strip() == "":
+        return None
+    try:
+        return float(v)
+    except ValueError:
+        raise RowSkip(f"non-numeric `{col}`") from None
+
+
+def _int(row, col):
+    v = _num(row, col)
+    if v is None:
+        return None
+    if v != int(v) or v < 0:
+        raise RowSkip(f"`{col}` is not a whole number")
+    return int(v)
+
+
+def _text(row) -> str:
+    return " ".join(str(row.get(c) or "") for c in ("notes", "derived_values"))
+
+
+def stated_params(row) -> float | None:
+    """Total parameter count the row states (`NumParams=` in notes, else `params_total_b`)."""
+    m = re.search(r"NumParams=(\d+)", _text(row))
+    if m:
+        return float(m.group(1))
+    b = _num(row, "params_total_b")
+    return b * 1e9 if b else None
+
+
+def _mla_from_preset(row) -> tuple[dict, dict] | None:
+    """MLA dims the row lacks, from a packaged preset with the same shape (DeepSeek-V3)."""
+    for name in list_models():
+        spec = load_model(name)
+        if spec.mla is None:
+            continue
+        if (spec.n_layers, spec.hidden_size, spec.n_heads) == (
+                _int(row, "layers"), _int(row, "hidden"), _int(row, "heads")):
+            return spec.mla.model_dump(), spec.moe.model_dump() if spec.moe else {}
+    return None
+
+
+def model_from_row(row) -> tuple[ModelSpec, list[str]]:
+    """(`ModelSpec`, assumptions) for one row; raises `RowSkip` when the columns are incomplete."""
+    need = {c: _int(row, c) for c in ("layers", "hidden", "heads", "vocab")}
+    missing = [c for c, v in need.items() if not v]
+    if missing:
+        raise RowSkip("architecture incomplete (" + ", ".join(missing) + " missing)")
+    text = _text(row)
+    name = str(row.get("model") or "model").strip() or "model"
+    assumptions: list[str] = []
+    spec: dict = {
+        "name": name, "n_layers": need["layers"], "hidden_size": need["hidden"],
+        "n_heads": need["heads"], "vocab_size": need["vocab"],
+    }
+    kv = _int(row, "kv_heads")
+    if kv:
+        spec["n_kv_heads"] = kv
+    m = re.search(r"head_dim (\d+)", text)
+    if m:
+        spec["head_dim"] = int(m.group(1))
+    experts, topk = _int(row, "moe_experts"), _int(row, "moe_topk")
+    f_e, f = _int(row, "moe_expert_ffn"), _int(row, "ffn_hidden")
+    arch_type = str(row.get("arch_type") or "").lower()
+    if experts:
+        if not (topk and f_e):
+            raise RowSkip("architecture incomplete (MoE top-k or expert FFN missing)")
+        moe = {"n_experts": experts, "top_k": topk, "expert_ffn_hidden_size": f_e,
+               "n_shared_experts": _int(row, "moe_shared_experts") or 0}
+        m = re.search(r"first (\d+) layers", text)
+        if m:
+            moe["n_dense_layers"] = int(m.group(1))
+        spec["moe"] = moe
+        spec["ffn_hidden_size"] = f or f_e
+    elif f:
+        spec["ffn_hidden_size"] = f
+    else:
+        raise RowSkip("architecture incomplete (ffn_hidden missing)")
+    if "mla" in arch_type:
+        found = _mla_from_preset(row)
+        if found is None:
+            raise RowSkip("MLA attention dimensions not given")
+        spec["mla"], preset_moe = found
+        spec.pop("n_kv_heads", None)
+        if "moe" in spec and "n_dense_layers" not in spec["moe"]:
+            spec["moe"]["n_dense_layers"] = preset_moe.get("n_dense_layers", 0)
+        assumptions.append("MLA head dims from the matching preset")
+
+    family = "swiglu" if GATED.search(name) else "gelu" if UNGATED.search(name) else None
+    target = stated_params(row)
+    candidates = [(act, tied) for act in (["swiglu", "gelu"] if family is None else [family])
+                  for tied in (False, True)]
+    pos = float(_int(row, "seq_len") or 0) * need["hidden"]
+    scored = []
+    for act, tied in candidates:
+        try:
+            ms = ModelSpec.model_validate({**spec, "activation": act, "tied_embeddings": tied})
+        except ValidationError as exc:
+            raise RowSkip("architecture invalid: " + format_validation_error(exc, "model")
+                          .splitlines()[0]) from None
+        # a stated count may include learned positional embeddings (s x h, e.g. llm-foundry's
+        # NumParams grows with the sequence length), which the architecture does not model
+        n = build_arch(ms).n_params
+        dist = min(abs(n - target), abs(n + pos - target)) if target else 0.0
+        scored.append((dist, act, tied, ms))
+    if target:
+        _, act, tied, best = min(scored, key=lambda s: s[0])
+        assumptions.append(f"{'tied' if tied else 'untied'} embeddings (parameter count)")
+        if family is None:
+            assumptions.append(f"{act} MLP (parameter count)")
+        return best, assumptions
+    tied = bool(re.search(r"\btied\b|embeddings tied", text, re.I)) and "untied" not in text.lower()
+    act = family or "gelu"
+    if family is None:
+        assumptions.append("gelu MLP (no family, no parameter count)")
+    assumptions.append(f"{'tied' if tied else 'untied'} embeddings (notes)")
+    return next(s[3] for s in scored if s[1] == act and s[2] == tied), assumptions

@@ -1,0 +1,194 @@
+"""Measured runs (the columns of shared/data/published_runs.csv) -> `RunCase`s.
+
+A usable row is BF16, dense or MoE, on a GPU with a preset, with a complete layout and a
+measured step time (directly, or via a throughput). Everything else is skipped with a reason
+that the report counts. What a row leaves open is derived from what it does say, and each such
+derivation is recorded as an assumption:
+
+- `dp` = num_gpus / (tp x pp x cp) (Megatron convention, EP carved out of DP x CP); pure-FSDP rows
+  without tp/pp are tp = pp = 1;
+- ZeRO: `zero_stage` if given; FSDP FULL_SHARD / FSDP2 -> 3; SHARD_GRAD_OP -> 2; Megatron
+  distributed optimizer (or `--overlap-param-gather` in the notes) -> 1; otherwise 1 (assumed);
+- micro-batch: `mbs`, else gbs / (dp x grad_accum), else 1 (assumed);
+- recompute: the row's word (full / selective / none); when not stated, the least recompute that
+  the memory model says fits (none, then selective, then full) (assumed);
+- gradients: fp32 (Megatron main grads, FSDP/FSDP2 reduce in fp32, nanotron fp32 accumulation)
+  except llm-foundry "PURE" bf16, where they are bf16;
+- gpus_per_node: the row's value, else 8 (assumed);
+- attention kernel: cuDNN fused attention (FA3 class) for Transformer Engine stacks (Megatron-Core,
+  NeMo, Megatron-Bridge) on Hopper and later, FlashAttention-2 class otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..cost.arch import build_arch
+from ..errors import AutoParallelError, SpecError
+from ..evaluate import evaluate
+from ..layouts import LayoutTable
+from ..presets import load_gpu
+from ..problem import make_problem
+from ..rules import Reject, active_rules, reasons
+from ..specs.hardware import Profile
+from ..specs.layout import Layout
+from ..specs.model import ModelSpec
+from ..specs.problem import Problem
+from ..units import GB, GiB
+from .conventions import measured_step_s
+from .derive import (_attention, _grad_dtype, _layout, _precision, _recompute, _tp_comm_overlap,
+                     _zero, gpu_preset)
+from .modelspec import RowSkip, _int, _num, model_from_row
+
+REQUIRED_COLUMNS = ("gpu", "num_gpus", "seq_len", "gbs", "layers", "hidden", "heads", "vocab",
+                    "precision")
+"""Columns a runs file must have (others are optional)."""
+MEASURE_COLUMNS = ("iteration_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu_pct")
+"""At least one of these must be present."""
+RELAXED_RULES = ("layers", "tp_in_node")
+"""Planner rules a run that ran has already disproved for itself: uneven pipeline stages (BLOOM's
+70 layers on pp 12, DeepSeek-V3's 61 on pp 4) and TP across nodes are possible, only unusual."""
+RULES = active_rules(disabled=RELAXED_RULES)
+
+
+@dataclass(frozen=True)
+class RunCase:
+    """One usable measured run: what ran (problem + layout) and what was measured."""
+
+    row_id: str
+    source: str
+    gpu: str
+    model: ModelSpec
+    n_gpus: int
+    gpus_per_node: int
+    seq_len: int
+    global_batch: int
+    grad_dtype: str
+    attention: str
+    layout: Layout
+    measured_step_s: float
+    measured_from: str
+    measured_mem_gib: float | None = None
+    assumptions: tuple[str, ...] = field(default_factory=tuple)
+    tp_comm_overlap: bool = False
+
+    def problem(self, profile: Profile | None = None) -> Problem:
+        """The `Problem` of this run, with `profile` (default: the GPU preset's)."""
+        return make_problem(self.model, self.gpu, self.n_gpus, self.seq_len, self.global_batch,
+                            gpus_per_node=self.gpus_per_node, profile=profile,
+                            grad_dtype=self.grad_dtype, attention=self.attention,
+                            tp_comm_overlap=self.tp_comm_overlap)
+
+    def table(self) -> LayoutTable:
+        """The one-row layout table."""
+        return LayoutTable.from_layouts([self.layout], self.n_gpus)
+
+
+def _least_recompute_that_fits(problem: Problem, lay: dict) -> str:
+    layouts = [Layout(**lay, recompute=r) for r in ("none", "selective", "full")]
+    ev = evaluate(problem, LayoutTable.from_layouts(layouts, problem.cluster.n_gpus), RULES)
+    fitting = np.flatnonzero(ev.fits)
+    return layouts[int(fitting[0]) if len(fitting) else 2].recompute.value
+
+
+def _mem_gib(row) -> float | None:
+    v = _num(row, "peak_mem_gb")
+    if not v:
+        return None
+    unit = str(row.get("mem_definition") or "")
+    return v if "gib" in unit.lower() else v * GB / GiB
+
+
+def case_from_row(row, allow_fp16: bool = False) -> RunCase:
+    """One row -> `RunCase`; raises `RowSkip` with the counted reason."""
+    workload = str(row.get("workload") or "").lower()
+    if "lora" in workload:
+        raise RowSkip("LoRA fine-tuning (not modelled)")
+    status = str(row.get("run_status") or "ok").strip().lower()
+    if status not in ("ok", "", "nan"):
+        raise RowSkip(f"run_status {status}")
+    _precision(row, allow_fp16)
+    gpu = gpu_preset(str(row.get("gpu") or ""))
+    model, assumptions = model_from_row(row)
+    n_gpus, seq, gbs = _int(row, "num_gpus"), _int(row, "seq_len"), _int(row, "gbs")
+    if not (n_gpus and seq and gbs):
+        raise RowSkip("num_gpus, seq_len or gbs missing")
+    gpn = _int(row, "gpus_per_node")
+    if not gpn:
+        gpn = min(8, n_gpus)
+        assumptions.append("gpus_per_node not stated: 8")
+    zero = _zero(row, assumptions)
+    lay = _layout(row, n_gpus, gbs, zero, assumptions)
+    grad = _grad_dtype(row, zero)
+    attention = _attention(row, gpu)
+    tp_overlap = _tp_comm_overlap(row)
+    arch = build_arch(model)
+    step, how = measured_step_s(row, arch, n_gpus, seq, gbs)
+    if step is None:
+        raise RowSkip(how)
+    try:
+        problem = make_problem(model, gpu, n_gpus, seq, gbs, gpus_per_node=gpn, grad_dtype=grad,
+                               attention=attention, tp_comm_overlap=tp_overlap)
+    except AutoParallelError as exc:
+        raise RowSkip("problem invalid: " + str(exc).splitlines()[0]) from None
+    rc = _recompute(row, assumptions)
+    if rc is None:
+        rc = _least_recompute_that_fits(problem, lay)
+        assumptions.append(f"recompute not stated: {rc} (least that fits)")
+    layout = Layout(**lay, recompute=rc)
+    table = LayoutTable.from_layouts([layout], n_gpus)
+    broken = int(evaluate(problem, table, RULES).reject[0]) & ~int(Reject.OOM)
+    if broken:
+        raise RowSkip("layout breaks a rule (" + ", ".join(reasons(broken)) + ")")
+    if model.n_layers % (layout.pp * layout.vp):
+        assumptions.append("uneven pipeline stages (layers / (pp x vp) not whole)")
+    return RunCase(
+        row_id=str(row.get("row_id") or ""), source=str(row.get("source_key") or "runs"),
+        gpu=gpu, model=model, n_gpus=n_gpus, gpus_per_node=gpn, seq_len=seq, global_batch=gbs,
+        grad_dtype=grad, attention=attention, layout=layout, measured_step_s=float(step), measured_from=how,
+        measured_mem_gib=_mem_gib(row), assumptions=tuple(assumptions), tp_comm_overlap=tp_overlap,
+    )
+
+
+def read_runs(path) -> pd.DataFrame:
+    """Read a runs CSV; reject the file (SpecError) when it is unreadable or lacks columns."""
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except FileNotFoundError:
+        raise SpecError(f"--runs {path}: file not found") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise SpecError(f"--runs {path}: not a readable CSV ({str(exc).strip()})") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise SpecError(f"--runs {path}: missing column(s) {', '.join(missing)}; a runs file needs "
+                        f"{', '.join(REQUIRED_COLUMNS)} and one of {', '.join(MEASURE_COLUMNS)} "
+                        "(see shared/data/README.md for the column meanings)")
+    if not any(c in frame.columns for c in MEASURE_COLUMNS):
+        raise SpecError(f"--runs {path}: no measurement column; give one of "
+                        f"{', '.join(MEASURE_COLUMNS)}")
+    if "row_id" not in frame.columns:
+        frame["row_id"] = [f"row{i + 1}" for i in range(len(frame))]
+    return frame
+
+
+def load_cases(frame: pd.DataFrame, allow_fp16: bool = False):
+    """(cases, skipped) where skipped is a DataFrame of row_id, source, reason."""
+    cases, skipped = [], []
+    for rec in frame.to_dict("records"):
+        rec = {k: (None if v == "" else v) for k, v in rec.items()}
+        try:
+            cases.append(case_from_row(rec, allow_fp16))
+        except RowSkip as exc:
+            skipped.append((rec.get("row_id"), rec.get("source_key") or "runs", str(exc)))
+        except (AutoParallelError, ValueError) as exc:  # a spec the row implies is invalid
+            skipped.append((rec.get("row_id"), rec.get("source_key") or "runs",
+                            "invalid row: " + str(exc).splitlines()[0][:80]))
+    return cases, pd.DataFrame(skipped, columns=["row_id", "source", "reason"])
+
+
+def check_gpu(name: str) -> str:
+    """A GPU preset name, validated (for `calibrate --gpu`)."""
+    return load_gpu(name).name

@@ -1,0 +1,48 @@
+"""Speed of the search (issue: >= 1e6 layouts scored per second; plan <= 1 s).
+
+Problem: llama3-405b on 16,384 H100, seq 8192, global batch 2048, every axis open.
+Prints: layouts enumerated, rows scored per second by the full cost model (rules + memory +
+time over every enumerated row, feasible or not), and the wall time of `plan` (enumerate,
+rules, memory for valid rows, time for fitting rows, rank). Best of 5 runs each.
+Run: python benchmarks/search_speed.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from autoparallel import evaluate, make_problem  # noqa: E402
+from autoparallel.cost.arch import build_arch  # noqa: E402
+from autoparallel.search.enumerate import enumerate_layouts  # noqa: E402
+from autoparallel.search.plan import plan  # noqa: E402
+
+
+def best_of(fn, n=5):
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), out
+
+
+def main() -> None:
+    problem = make_problem("llama3-405b", "h100", 16384, 8192, 2048)
+    arch = build_arch(problem.model)
+    t_enum, table = best_of(lambda: enumerate_layouts(problem))
+    t_eval, ev = best_of(lambda: evaluate(problem, table, arch=arch))
+    t_plan, res = best_of(lambda: plan(problem, top=10))
+    print(f"problem: llama3-405b, 16384 x h100, seq 8192, global batch 2048, all axes open")
+    print(f"layouts enumerated:        {len(table):>12,}  ({t_enum * 1e3:.1f} ms)")
+    print(f"pass the rules / fit:      {res.n_valid:>12,} / {res.n_fit:,}")
+    print(f"full cost model, all rows: {len(table) / t_eval:>12,.0f} layouts/s ({t_eval * 1e3:.1f} ms)")
+    print(f"plan wall time:            {t_plan * 1e3:>12.1f} ms  (#1 {res.ranked.table.row(0).slug}, "
+          f"step {res.ranked.time['step'][0]:.3f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Leave-one-source-out validation of the time model on the shared measured runs.
+
+For every GPU group with runs (H100; A100 40GB + 80GB; ...) and every source, fit the default
+knobs to the other sources' runs and predict the held-out source. Prints the error table per
+GPU group and source, overall, the H100 + A100 target figures, the worst rows, and the knobs each
+fold found. Benchmarks print figures; nothing here is asserted.
+
+    python benchmarks/validate.py [--runs FILE] [--gpus h100,a100-80gb,a100-40gb] [--output loso.csv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from autoparallel.validation.loso import loso_predictions  # noqa: E402
+from autoparallel.validation.report import summary, worst  # noqa: E402
+from autoparallel.validation.runs import load_cases, read_runs  # noqa: E402
+
+DEFAULT_RUNS = Path(__file__).resolve().parents[2] / "shared" / "data" / "published_runs.csv"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", default=str(DEFAULT_RUNS if DEFAULT_RUNS.exists() else "/work/shared/data/published_runs.csv"))
+    ap.add_argument("--gpus", default="h100,a100-80gb,a100-40gb")
+    ap.add_argument("--output", default=None, help="write the held-out predictions to this CSV")
+    args = ap.parse_args()
+    pd.set_option("display.width", 220)
+    pd.set_option("display.max_columns", 30)
+    pd.set_option("display.max_colwidth", 60)
+
+    t0 = time.time()
+    cases, skipped = load_cases(read_runs(args.runs))
+    gpus = [g.strip() for g in args.gpus.split(",") if g.strip()]
+    held, fitted = loso_predictions(cases, gpus)
+    print(f"{len(cases)} usable runs ({len(skipped)} rows skipped); LOSO over {', '.join(gpus)}; "
+          f"{time.time() - t0:.0f} s\n")
+    fmt = {"median_abs_err": "{:.1%}", "p90_abs_err": "{:.1%}", "bias": "{:+.1%}",
+           "mem_median_abs_err": "{:.1%}", "mem_bias": "{:+.1%}"}
+
+    def show(frame: pd.DataFrame, title: str, by: str = "source") -> None:
+        s = summary(frame, by=by).drop(columns=["skipped"])
+        for k, f in fmt.items():
+            s[k] = s[k].map(lambda v, f=f: "-" if pd.isna(v) else f.format(v))
+        print(title)
+        print(s.to_string(index=False), "\n")
+
+    held["group"] = held["gpu"].map(lambda g: "a100" if g.startswith("a100") else g)
+    for grp, frame in held.groupby("group"):
+        show(frame, f"== {grp}: leave-one-source-out step-time error per source")
+    show(held, "== all groups, by GPU", by="group")
+    print("== worst ten held-out rows")
+    print(worst(held, 10).to_string(index=False), "\n")
+    print("== knobs fitted per held-out source (fit on the others)")
+    print(pd.DataFrame(fitted).T.round(4).to_string(), "\n")
+    if args.output:
+        held.to_csv(args.output, index=False)
+        print(f"held-out predictions -> {args.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,383 @@
+"""Independent readers of the exported files, written from the launcher reference (launchers.md,
+section numbers below), not from the exporters: each parses a file the way its launcher would and
+applies the launcher's own checks, then says which layout the launcher would run.
+
+`*_layout(...)` return a dict with the layout axes (dp, tp, pp, vp, cp, ep, zero, recompute, sp,
+micro_batch) plus `micro_batches` (per step per replica) and `world` (GPUs the launch starts),
+or raise `LaunchRejected` with the check that failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import tomllib
+
+import yaml
+
+
+class LaunchRejected(AssertionError):
+    """The launcher would refuse this file."""
+
+
+def _need(cond: bool, why: str) -> None:
+    if not cond:
+        raise LaunchRejected(why)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # unknown flag or bad value: the launcher would stop
+        raise LaunchRejected(f"{self.prog}: {message}")
+
+
+# --------------------------------------------------------------------------- shell scripts
+
+def split_script(text: str, program: str = "pretrain_gpt.py"):
+    """(environment changes, launcher words before `program`, words after it) of a bash script
+    whose command continues over lines ending in a backslash."""
+    env: dict[str, str | None] = {}
+    joined, pending = [], ""
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        joined.append(pending + line)
+        pending = ""
+    command = None
+    for line in joined:
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        if stripped.startswith("export "):
+            key, value = stripped[len("export "):].split("=", 1)
+            env[key] = value
+        elif stripped.startswith("unset "):
+            env[stripped.split()[1]] = None
+        elif program in stripped:
+            _need(command is None, "two launch commands")
+            command = shlex.split(stripped)
+    _need(command is not None, f"no command running {program}")
+    i = command.index(program)
+    after = command[i + 1:]
+    _need(after[-1:] == ["$@"], 'the command should end with "$@" for the user\'s arguments')
+    return env, command[:i], after[:-1]
+
+
+def torchrun_args(words: list[str]) -> argparse.Namespace:
+    """torchrun's flags (launchers.md §6.1, `torch/distributed/run.py`)."""
+    _need(words and words[0] == "torchrun", f"not a torchrun command: {words[:1]}")
+    p = _Parser(prog="torchrun", allow_abbrev=False)
+    p.add_argument("--nnodes", default="1:1")
+    p.add_argument("--nproc-per-node", "--nproc_per_node", default="1")
+    p.add_argument("--rdzv-backend", "--rdzv_backend", default="static")
+    p.add_argument("--rdzv-endpoint", "--rdzv_endpoint", default="")
+    p.add_argument("--rdzv-id", "--rdzv_id", default="none")
+    p.add_argument("--standalone", action="store_true")
+    p.add_argument("--node-rank", "--node_rank", type=int, default=0)
+    p.add_argument("--master-addr", "--master_addr", default="127.0.0.1")
+    p.add_argument("--master-port", "--master_port", type=int, default=29500)
+    args = p.parse_args(words[1:])
+    _need(args.nnodes.isdigit() and args.nproc_per_node.isdigit(), "fixed node/process counts")
+    if int(args.nnodes) > 1:
+        _need(args.rdzv_backend == "c10d" and ":" in args.rdzv_endpoint,
+              "multi-node runs need a c10d rendezvous host:port (launchers.md §6.1)")
+    return args
+
+
+def megatron_parser() -> _Parser:
+    """Megatron-LM's flags used for a layout (launchers.md §1.1-§1.2; MoE/MLA shape flags as
+    Megatron-LM's arguments.py spells them)."""
+    p = _Parser(prog="pretrain_gpt.py", allow_abbrev=False)
+    a = p.add_argument
+    a("--tensor-model-parallel-size", type=int, default=1)
+    a("--sequence-parallel", action="store_true")
+    a("--tp-comm-overlap", action="store_true")  # launchers.md §1.1: asserts SP
+    a("--pipeline-model-parallel-size", type=int, default=1)
+    vp = p.add_mutually_exclusive_group()
+    vp.add_argument("--num-layers-per-virtual-pipeline-stage", type=int, default=None)
+    vp.add_argument("--num-virtual-stages-per-pipeline-rank", type=int, default=None)
+    vp.add_argument("--pipeline-model-parallel-layout", default=None)
+    a("--context-parallel-size", type=int, default=1)
+    a("--cp-comm-type", nargs="+", default=["p2p"])
+    a("--expert-model-parallel-size", type=int, default=1)
+    a("--expert-tensor-parallel-size", type=int, default=None)
+    a("--moe-token-dispatcher-type", choices=["allgather", "alltoall", "flex"], default="allgather")
+    a("--use-distributed-optimizer", action="store_true")
+    a("--overlap-grad-reduce", action="store_true")
+    a("--overlap-param-gather", action="store_true")
+    a("--use-megatron-fsdp", action="store_true")
+    a("--data-parallel-sharding-strategy", default="optim_grads_params",
+      choices=["no_shard", "optim", "optim_grads", "optim_grads_params"])
+    a("--ckpt-format", default="torch_dist")
+    a("--recompute-granularity", choices=["full", "selective"], default=None)
+    a("--recompute-method", choices=["uniform", "block"], default=None)
+    a("--recompute-num-layers", type=int, default=None)
+    a("--recompute-modules", nargs="*", default=None)
+    a("--micro-batch-size", type=int, required=True)
+    a("--global-batch-size", type=int, default=None)
+    a("--seq-length", type=int, required=True)
+    a("--max-position-embeddings", type=int, default=None)
+    prec = p.add_mutually_exclusive_group()
+    prec.add_argument("--bf16", action="store_true")
+    prec.add_argument("--fp16", action="store_true")
+    a("--num-layers", type=int, required=True)
+    a("--hidden-size", type=int, required=True)
+    a("--ffn-hidden-size", type=int, default=None)
+    a("--num-attention-heads", type=int, required=True)
+    a("--group-query-attention", action="store_true")
+    a("--num-query-groups", type=int, default=1)
+    a("--kv-channels", type=int, default=None)
+    a("--swiglu", action="store_true")
+    a("--untie-embeddings-and-output-weights", action="store_true")
+    a("--attention-dropout", type=float, default=0.1)
+    a("--hidden-dropout", type=float, default=0.1)
+    a("--num-experts", type=int, default=None)
+    a("--moe-router-topk", type=int, default=2)
+    a("--moe-ffn-hidden-size", type=int, default=None)
+    a("--moe-shared-expert-intermediate-size", type=int, default=None)
+    a("--moe-layer-freq", default="1")
+    a("--multi-latent-attention", action="store_true")
+    a("--q-lora-rank", type=int, default=None)
+    a("--kv-lora-rank", type=int, default=None)
+    a("--qk-head-dim", type=int, default=None)
+    a("--qk-pos-emb-head-dim", type=int, default=None)
+    a("--v-head-dim", type=int, default=None)
+    return p
+
+
+def megatron_layout(words: list[str], world: int, env: dict) -> dict:
+    """Parse Megatron-LM arguments and apply its checks (launchers.md §1.3, §7)."""
+    g = megatron_parser().parse_args(words)
+    tp, pp, cp, ep = (g.tensor_model_parallel_size, g.pipeline_model_parallel_size,
+                      g.context_parallel_size, g.expert_model_parallel_size)
+    _need(world % (tp * pp * cp) == 0, "world % (TP*PP*CP) != 0")
+    dp = world // (tp * pp * cp)
+    heads = g.num_attention_heads
+    groups = g.num_query_groups if g.group_query_attention else heads
+    _need(heads % tp == 0, "num_attention_heads % TP != 0")
+    _need(groups % tp == 0 or tp % groups == 0, "num_query_groups vs TP")
+    _need(not g.sequence_parallel or tp > 1, "SP with TP = 1 is silently dropped")
+    _need(not g.tp_comm_overlap or g.sequence_parallel, "--tp-comm-overlap asserts SP (§1.1)")
+    if cp > 1:
+        _need(g.seq_length % (2 * cp) == 0, "seq_length % (2*CP) != 0")
+    layers = g.num_layers
+    _need(layers % pp == 0, "num_layers % PP != 0")
+    vp = 1
+    if g.num_layers_per_virtual_pipeline_stage:
+        _need((layers // pp) % g.num_layers_per_virtual_pipeline_stage == 0,
+              "(num_layers/PP) % layers-per-virtual-stage != 0")
+        vp = layers // pp // g.num_layers_per_virtual_pipeline_stage
+    elif g.num_virtual_stages_per_pipeline_rank:
+        vp = g.num_virtual_stages_per_pipeline_rank
+    _need(vp == 1 or pp > 1, "VP needs PP > 1")
+    mbs = g.micro_batch_size
+    gbs = g.global_batch_size or mbs * dp
+    _need(gbs % (mbs * dp) == 0, "GBS % (MBS*DP) != 0")
+    m = gbs // (mbs * dp)
+    if vp > 1:
+        _need(m >= pp and m % pp == 0, "interleaved schedule needs M >= PP and M % PP == 0")
+    if g.overlap_param_gather:
+        _need((g.use_distributed_optimizer or g.use_megatron_fsdp) and g.overlap_grad_reduce,
+              "--overlap-param-gather needs dist-opt/FSDP and --overlap-grad-reduce")
+    if g.recompute_granularity == "full":
+        _need(g.recompute_method and g.recompute_num_layers, "full recompute needs method+layers")
+        _need(g.recompute_num_layers <= layers // pp, "recompute-num-layers > layers per stage")
+    else:
+        _need(g.recompute_method is None and g.recompute_num_layers is None,
+              "method/num-layers only with full recompute")
+    if ep > 1:
+        _need(g.num_experts is not None and g.num_experts % ep == 0, "num_experts % EP != 0")
+        etp = g.expert_tensor_parallel_size or tp
+        _need(world % (etp * ep * pp) == 0, "world % (ETP*EP*PP) != 0")
+    _need(g.max_position_embeddings is None or g.max_position_embeddings >= g.seq_length,
+          "max-position-embeddings < seq-length")
+    _need(g.bf16, "the plan assumes bf16")
+    if g.use_megatron_fsdp:
+        zero = {"no_shard": 0, "optim": 1, "optim_grads": 2,
+                "optim_grads_params": 3}[g.data_parallel_sharding_strategy]
+        _need(env.get("CUDA_DEVICE_MAX_CONNECTIONS", None) != "1",
+              "FSDP needs CUDA_DEVICE_MAX_CONNECTIONS != 1")
+    else:
+        zero = 1 if g.use_distributed_optimizer else 0
+        if tp > 1 or cp > 1:
+            _need(env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1",
+                  "TP/CP on Hopper asserts CUDA_DEVICE_MAX_CONNECTIONS=1")
+    rc = g.recompute_granularity or "none"
+    return dict(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, recompute=rc,
+                sp=bool(g.sequence_parallel and tp > 1), micro_batch=mbs, micro_batches=m,
+                world=world, args=g)
+
+
+def megatron_script_layout(text: str) -> dict:
+    """The layout a Megatron-LM launch script starts (torchrun on each node)."""
+    env, launcher, words = split_script(text)
+    t = torchrun_args(launcher)
+    world = int(t.nnodes) * int(t.nproc_per_node)
+    out = megatron_layout(words, world, env)
+    out["nodes"], out["per_node"] = int(t.nnodes), int(t.nproc_per_node)
+    return out
+
+
+def sbatch_layout(text: str) -> dict:
+    """The layout an sbatch script starts: #SBATCH lines, then srun torchrun (launchers.md §6.2
+    convention 1: one task per node)."""
+    opts = {}
+    for line in text.splitlines():
+        if line.startswith("#SBATCH "):
+            key, _, value = line[len("#SBATCH "):].partition("=")
+            opts[key] = value
+    _need(opts.get("--ntasks-per-node") == "1", "one torchrun task per node")
+    env, launcher, words = split_script(text)
+    _need(launcher[:1] == ["srun"], "srun starts the per-node torchrun")
+    t = torchrun_args(launcher[1:])
+    _need(int(t.nnodes) == int(opts["--nodes"]), "torchrun --nnodes != #SBATCH --nodes")
+    _need(int(t.nproc_per_node) == int(opts["--gpus-per-node"]),
+          "torchrun --nproc-per-node != #SBATCH --gpus-per-node")
+    world = int(opts["--nodes"]) * int(opts["--gpus-per-node"])
+    out = megatron_layout(words, world, env)
+    out["nodes"], out["per_node"] = int(opts["--nodes"]), int(opts["--gpus-per-node"])
+    return out
+
+
+# --------------------------------------------------------------------------- TorchTitan TOML
+
+TITAN_KEYS = {  # launchers.md §3.2 (legacy JobConfig sections)
+    "training": {"local_batch_size", "global_batch_size", "seq_len", "dtype",
+                 "mixed_precision_param", "mixed_precision_reduce", "steps"},
+    "parallelism": {"data_parallel_replicate_degree", "data_parallel_shard_degree",
+                    "fsdp_reshard_after_forward", "tensor_parallel_degree",
+                    "disable_loss_parallel", "enable_async_tensor_parallel",
+                    "pipeline_parallel_degree", "pipeline_parallel_schedule",
+                    "pipeline_parallel_layers_per_stage",
+                    "pipeline_parallel_first_stage_less_layers",
+                    "pipeline_parallel_last_stage_less_layers", "module_fqns_per_model_part",
+                    "pipeline_parallel_microbatch_size", "context_parallel_degree",
+                    "context_parallel_load_balancer", "context_parallel_rotate_method",
+                    "expert_parallel_degree", "expert_tensor_parallel_degree",
+                    "expert_parallel_comm_backend"},
+    "activation_checkpoint": {"mode", "selective_ac_option"},
+}
+SINGLE_STAGE = {"1F1B", "GPipe"}
+
+
+def torchtitan_layout(text: str, world: int, n_layers: int) -> dict:
+    """Parse a TorchTitan job TOML and apply its checks (launchers.md §3.2-§3.3)."""
+    cfg = tomllib.loads(text)
+    for table, values in cfg.items():
+        _need(table in TITAN_KEYS, f"unknown table [{table}]")
+        unknown = set(values) - TITAN_KEYS[table]
+        _need(not unknown, f"unknown keys {unknown} in [{table}]")
+    tr, par = cfg.get("training", {}), cfg.get("parallelism", {})
+    rep = par.get("data_parallel_replicate_degree", 1)
+    tp = par.get("tensor_parallel_degree", 1)
+    pp = par.get("pipeline_parallel_degree", 1)
+    cp = par.get("context_parallel_degree", 1)
+    shard = par.get("data_parallel_shard_degree", -1)
+    if shard == -1:
+        shard = world // (rep * cp * tp * pp)
+    _need(rep * shard * cp * tp * pp == world, "dp_replicate*dp_shard*cp*tp*pp != world")
+    dp = rep * shard
+    local = tr.get("local_batch_size", 8)
+    gbs = tr.get("global_batch_size", -1)
+    gbs = local * dp if gbs < 0 else gbs
+    _need(gbs % (local * dp) == 0, "global_batch_size % (local_batch_size * DP) != 0")
+    accum = gbs // (local * dp)
+    seq = tr.get("seq_len", 2048)
+    vp, mbs = 1, local
+    if pp > 1:
+        mbs = par.get("pipeline_parallel_microbatch_size", 1)
+        _need(local % mbs == 0, "local_batch_size % pipeline_parallel_microbatch_size != 0")
+        lps = par.get("pipeline_parallel_layers_per_stage")
+        _need(lps is not None, "this reader needs pipeline_parallel_layers_per_stage")
+        first = par.get("pipeline_parallel_first_stage_less_layers", 1)
+        last = par.get("pipeline_parallel_last_stage_less_layers", 1)
+        stages = math.ceil((n_layers + first + last) / lps)
+        _need(stages % pp == 0, "virtual stages % PP != 0")
+        vp = stages // pp
+        schedule = par.get("pipeline_parallel_schedule", "1F1B")
+        _need(vp == 1 if schedule in SINGLE_STAGE else vp >= 2, f"{schedule} with {vp} stages/rank")
+        _need(first == 0 and last == 0 and n_layers % stages == 0,
+              "stages must hold equal layer counts to match the plan")
+        m = accum * (local // mbs)
+    else:
+        m = accum
+    _need(seq % (tp * 2 * cp) == 0, "seq_len % (tp * 2 * cp) != 0 (v0.2.2 seq_len_divisor)")
+    ep = par.get("expert_parallel_degree", 1)
+    etp = par.get("expert_tensor_parallel_degree", 1)
+    if ep > 1:
+        _need(etp in (1, tp), "expert_tensor_parallel_degree must be 1 or TP")
+        _need((shard * cp * tp) % (ep * etp) == 0, "efsdp would not be whole")
+    fsdp = shard * cp > 1
+    if not fsdp and rep > 1:
+        _need(rep == world, "DDP has not supported > 1D parallelism")
+    reshard = par.get("fsdp_reshard_after_forward", "default")
+    zero = 0 if not fsdp else (3 if reshard == "always" else 2 if reshard == "never" else None)
+    _need(zero is not None, "reshard policy 'default' depends on PP; the exporter should pin it")
+    if fsdp:
+        _need(rep == 1, "HSDP is not what the plan costs")
+    mode = cfg.get("activation_checkpoint", {}).get("mode", "selective")
+    return dict(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, recompute=mode, sp=tp > 1,
+                micro_batch=mbs, micro_batches=m, world=world, seq_len=seq, global_batch=gbs,
+                config=cfg)
+
+
+# --------------------------------------------------------------------------- DeepSpeed JSON
+
+DS_KEYS = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+           "bf16", "zero_optimization"}
+
+
+def deepspeed_layout(text: str, world: int) -> dict:
+    """Parse a DeepSpeed config and apply `_batch_assertion` with the data-parallel size of a
+    run without mpu or mesh: the world size (launchers.md §4.1, §4.3)."""
+    cfg = json.loads(text)
+    _need(set(cfg) <= DS_KEYS, f"unexpected keys {set(cfg) - DS_KEYS}")
+    gbs, mbs = cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"]
+    accum = cfg["gradient_accumulation_steps"]
+    _need(gbs == mbs * accum * world, "train_batch_size != micro * grad_acc * world_size")
+    stage = cfg.get("zero_optimization", {}).get("stage", 0)
+    _need(stage in (0, 1, 2, 3), "zero stage")
+    _need(cfg.get("bf16", {}).get("enabled") is True, "the plan assumes bf16")
+    return dict(dp=world, tp=1, pp=1, vp=1, cp=1, ep=1, zero=stage, recompute="none", sp=False,
+                micro_batch=mbs, micro_batches=accum, world=world, global_batch=gbs)
+
+
+# --------------------------------------------------------------------------- Nanotron YAML
+
+NANO_PARALLELISM = {"dp", "tp", "pp", "pp_engine", "tp_mode", "tp_linear_async_communication",
+                    "tp_recompute_allgather", "recompute_layer", "context_parallel_size",
+                    "expert_parallel_size"}
+
+
+def nanotron_layout(text: str, world: int) -> dict:
+    """Parse Nanotron config keys and apply its checks (launchers.md §5)."""
+    cfg = yaml.safe_load(text)
+    par = cfg["parallelism"]
+    _need(set(par) <= NANO_PARALLELISM, f"unknown parallelism keys {set(par) - NANO_PARALLELISM}")
+    dp, tp, pp = par["dp"], par["tp"], par["pp"]
+    cp, ep = par.get("context_parallel_size", 1), par.get("expert_parallel_size", 1)
+    _need(tp * cp * dp * pp == world, "tp*cp*dp*pp != WORLD_SIZE")
+    _need(ep == 1, "EP > 1 does not fit Nanotron's rank grid")
+    mode = par.get("tp_mode", "ALL_REDUCE")
+    _need(mode in ("ALL_REDUCE", "REDUCE_SCATTER"), "tp_mode")
+    if par.get("tp_linear_async_communication"):
+        _need(mode == "REDUCE_SCATTER", "async TP comm only with REDUCE_SCATTER")
+    _need(par.get("pp_engine", "afab") in ("afab", "1f1b"), "pp_engine")
+    tok = cfg["tokens"]
+    zero = cfg.get("optimizer", {}).get("zero_stage", 0)
+    _need(zero in (0, 1), "zero_stage in {0, 1}")
+    mc = cfg["model"]["model_config"]
+    heads, kv = mc["num_attention_heads"], mc["num_key_value_heads"]
+    _need(heads % tp == 0 and kv >= tp and heads % kv == 0, "head checks")
+    seq = tok["sequence_length"]
+    if cp > 1:
+        _need(seq % cp == 0, "tokens % cp != 0")
+        _need(mc.get("_attn_implementation") == "llama3_ring_attention", "CP needs ring attention")
+    mbs, accum = tok["micro_batch_size"], tok["batch_accumulation_per_replica"]
+    return dict(dp=dp, tp=tp, pp=pp, vp=1, cp=cp, ep=ep, zero=zero,
+                recompute="full" if par.get("recompute_layer") else "none",
+                sp=mode == "REDUCE_SCATTER", micro_batch=mbs, micro_batches=accum, world=world,
+                global_batch=mbs * accum * dp, pp_engine=par.get("pp_engine", "afab"), config=cfg)

@@ -1,0 +1,201 @@
+"""`plan` and `sweep` on the command line: outputs, exit codes, resume after a kill."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from autoparallel.output.frames import SWEEP_COLUMNS
+from autoparallel.schema import PlanOut
+from conftest import run_cli, with_args
+
+P70 = ["--model", "llama3-70b", "--gpu", "h100", "--gpus", "64", "--seq-len", "8192",
+       "--global-batch", "512"]
+
+# The frozen sweep/plan CSV schema (version 1). Changing it breaks users' notebooks: add a
+# column only with a schema version bump and a note in the README.
+FROZEN_SWEEP_COLUMNS = [
+    "model", "gpu", "n_gpus", "gpus_per_node", "seq_len", "global_batch",
+    "dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch", "grad_accum",
+    "rank",
+    "mem_params_gib", "mem_grads_gib", "mem_optimizer_gib", "mem_model_states_gib",
+    "mem_activations_gib", "mem_embedding_logits_gib", "mem_overhead_gib", "mem_total_gib",
+    "mem_capacity_gib", "mem_usable_gib",
+    "time_compute_s", "time_recompute_s", "time_tp_comm_s", "time_cp_comm_s", "time_ep_comm_s",
+    "time_pp_comm_s", "time_dp_comm_s", "time_bubble_s", "time_optimizer_s", "time_step_s",
+    "mfu", "tokens_per_s_per_gpu", "fits", "note",
+]
+
+
+def test_sweep_schema_frozen():
+    assert list(SWEEP_COLUMNS) == FROZEN_SWEEP_COLUMNS
+
+
+def test_plan_table():
+    r = run_cli("plan", *P70, "--top", "5")
+    assert r.returncode == 0, r.stderr
+    assert "layouts" in r.stdout and "#1" in r.stdout and "largest costs" in r.stdout
+    assert "rejected by rule" in r.stdout
+
+
+def test_plan_json_schema():
+    r = run_cli("plan", *P70, "--top", "3", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    PlanOut.model_validate(data)
+    assert [x["rank"] for x in data["ranked"]] == [1, 2, 3]
+    assert data["n_layouts"] >= data["n_valid"] >= data["n_fit"] > 0
+    est_keys = ["model", "gpu", "n_gpus", "layout", "memory_gib", "fits", "time_s", "mfu",
+                "tokens_per_s_per_gpu", "model_flops_per_step"]
+    assert list(data["ranked"][0]) == ["rank"] + est_keys
+
+
+def test_plan_csv_and_plot(tmp_path):
+    png = tmp_path / "p.png"
+    r = run_cli("plan", *P70, "--top", "4", "--format", "csv", "--plot", png)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert lines[0].split(",") == FROZEN_SWEEP_COLUMNS and len(lines) == 5
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+
+
+def test_plan_nothing_fits_exit_1():
+    r = run_cli("plan", "--model", "llama3-405b", "--gpu", "h100", "--gpus", "16",
+                "--seq-len", "8192", "--global-batch", "64")
+    assert r.returncode == 1
+    assert "layouts fit in 72 GiB; closest" in r.stderr and "try" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_plan_with_sqlite_storage(tmp_path):
+    db = tmp_path / "s.db"
+    r = run_cli("plan", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq-len",
+                "4096", "--global-batch", "64", "--storage", f"sqlite:///{db}", "--study", "x",
+                "--keep", "20")
+    assert r.returncode == 0, r.stderr
+    import optuna
+
+    study = optuna.load_study(study_name="x", storage=f"sqlite:///{db}")
+    assert len(study.trials) == 20
+
+
+def test_plan_pareto_objectives():
+    r = run_cli("plan", *P70, "--objective", "time,memory", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    pts = json.loads(r.stdout)["pareto"]
+    assert len(pts) > 3
+    r = run_cli("plan", *P70, "--objective", "time,gpus", "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    df = pd.read_csv(pd.io.common.StringIO(r.stdout))
+    assert df["n_gpus"].max() == 64 and df["time_step_s"].is_monotonic_increasing
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "nosuch"], "no such preset"),
+    (["--gpus", "0"], "`n_gpus` = 0"),
+    (["--gpus", "12"], "`n_gpus` (12) is not a multiple of `gpus_per_node` (8)"),
+    (["--tp", ""], "`--tp` is empty"),
+    (["--tp", "a,b"], "expected comma-separated integers"),
+    (["--objective", "speed"], "`--objective`"),
+    (["--recompute", "some"], "`--recompute`"),
+])
+def test_plan_bad_input(args, needle):
+    argv = with_args(P70, args)
+    r = run_cli("plan", *argv)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_empty_axis_in_space_file(tmp_path):
+    f = tmp_path / "space.toml"
+    f.write_text("[space]\ntp = []\n")
+    r = run_cli("plan", *P70, "--space", f)
+    assert r.returncode == 2 and "axis `tp` is empty" in r.stderr
+
+
+def test_unreadable_sweep_file(tmp_path):
+    r = run_cli("sweep", tmp_path / "missing.toml", "--output", tmp_path / "o.csv")
+    assert r.returncode == 2 and "file not found" in r.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[sweep]\nmodel = ['llama3-8b']\n")
+    r = run_cli("sweep", bad, "--output", tmp_path / "o.csv")
+    assert r.returncode == 2 and "`gpu` is required" in r.stderr
+    bad.write_text("[sweep\n")
+    r = run_cli("sweep", bad, "--output", tmp_path / "o.csv")
+    assert r.returncode == 2 and "not valid TOML" in r.stderr
+
+
+SWEEP = ["--model", "llama3-8b,llama3-70b", "--gpu", "h100", "--gpus", "8,64",
+         "--seq-len", "4096,8192", "--global-batch", "256", "--top", "2"]
+
+
+def _rows(path):
+    df = pd.read_csv(path, keep_default_na=False, dtype=str)
+    return [tuple(r) for r in df.itertuples(index=False)]
+
+
+def test_sweep_writes_schema_and_nothing_fits_row(tmp_path):
+    out = tmp_path / "s.csv"
+    r = run_cli("sweep", "--model", "llama3-8b,llama3-405b", "--gpu", "h100", "--gpus", "8",
+                "--seq-len", "8192", "--global-batch", "64", "--top", "3", "--output", out)
+    assert r.returncode == 0, r.stderr
+    df = pd.read_csv(out, keep_default_na=False)
+    assert list(df.columns) == FROZEN_SWEEP_COLUMNS
+    assert (df["model"] == "llama3-8b").sum() == 3
+    miss = df[df["model"] == "llama3-405b"]
+    assert len(miss) == 1 and miss.iloc[0]["fits"] in (False, "False")
+    assert miss.iloc[0]["note"].startswith("0 of ")
+
+
+def test_sweep_resume_after_partial_write(tmp_path):
+    full, part = tmp_path / "full.csv", tmp_path / "part.csv"
+    assert run_cli("sweep", *SWEEP, "--output", full).returncode == 0
+    raw = full.read_bytes()
+    # a run killed in the middle of writing: cut inside the 6th line
+    lines = raw.split(b"\n")
+    cut = len(b"\n".join(lines[:5])) + 1 + len(lines[5]) // 2
+    part.write_bytes(raw[:cut])
+    r = run_cli("sweep", *SWEEP, "--output", part)
+    assert r.returncode == 0, r.stderr
+    assert sorted(_rows(part)) == sorted(_rows(full))  # no duplicate, no lost row
+    assert len(set(_rows(part))) == len(_rows(part))
+
+
+def test_sweep_resume_after_sigkill(tmp_path):
+    out = tmp_path / "k.csv"
+    big = ["--model", "llama3-8b,llama3-70b,llama3-405b", "--gpu", "h100,h200",
+           "--gpus", "64,512,4096", "--seq-len", "4096,8192", "--global-batch", "1024",
+           "--top", "2", "--output", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "autoparallel", "sweep", *big],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline and (not out.exists() or out.read_bytes().count(b"\n") < 4):
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    r = run_cli("sweep", *big)
+    assert r.returncode == 0, r.stderr
+    rows = _rows(out)
+    assert len(rows) == len(set(rows))
+    df = pd.read_csv(out, keep_default_na=False, dtype=str)
+    per_problem = df.groupby(["model", "gpu", "n_gpus", "seq_len"]).size()
+    assert len(per_problem) == 3 * 2 * 3 * 2
+    assert set(per_problem.unique()) <= {1, 2}  # whole blocks only: 2 ranked rows or 1 'nothing fits'
+
+
+def test_shipped_sweep_files_run(tmp_path):
+    import glob
+
+    for path in sorted(glob.glob("search_spaces/*.toml")):
+        text = open(path).read()
+        out = tmp_path / (os.path.basename(path) + ".csv")
+        if "[sweep]" in text:
+            r = run_cli("sweep", path, "--output", out)
+        else:
+            r = run_cli("plan", *P70, "--space", path, "--top", "2")
+        assert r.returncode == 0, (path, r.stderr)

@@ -1,0 +1,236 @@
+"""Exporters: every file they write is read back by an independent reader of that launcher
+(tests/launcher_checks.py, written from launchers.md) and must start exactly the layout that was
+exported; what a target refuses, it refuses with reasons and without writing anything."""
+
+import numpy as np
+import pytest
+
+from autoparallel import ExportError, Layout, make_problem
+from autoparallel.exporters import EXPORTERS, Job, check, render, targets_for
+from autoparallel.exporters._base import HARD_RULES
+from autoparallel.cost.arch import build_arch
+from autoparallel.rules import RULE_BY_NAME, check_rules
+from autoparallel.search.enumerate import enumerate_layouts
+from launcher_checks import (
+    LaunchRejected, deepspeed_layout, megatron_script_layout, nanotron_layout, sbatch_layout,
+    torchtitan_layout,
+)
+
+PROBLEMS = {
+    "llama3-70b/64": ("llama3-70b", "h100", 64, 8192, 512),
+    "llama3-8b/8": ("llama3-8b", "h100", 8, 4096, 64),
+    "llama3-8b/4": ("llama3-8b", "h100", 4, 2048, 32),
+    "mixtral/64": ("mixtral-8x7b", "h100", 64, 4096, 256),
+    "deepseek-v3/256": ("deepseek-v3", "h100", 256, 4096, 1024),
+    "gpt3/128": ("gpt3-175b", "a100-80gb", 128, 2048, 1536),
+}
+AXES = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch")
+
+
+def sample_layouts(problem, n=120, seed=0):
+    """A deterministic sample of the layouts that pass autoparallel's hard rules."""
+    table = enumerate_layouts(problem)
+    rules = tuple(RULE_BY_NAME[r] for r in HARD_RULES)
+    ok = np.flatnonzero(check_rules(problem, build_arch(problem.model), table, rules) == 0)
+    pick = np.random.default_rng(seed).choice(ok, size=min(n, len(ok)), replace=False)
+    return [table.row(int(i)) for i in sorted(pick)]
+
+
+def read_back(target, text, problem):
+    """The layout the launcher would start from `text`."""
+    world = problem.cluster.n_gpus
+    if target == "megatron":
+        return megatron_script_layout(text)
+    if target == "slurm":
+        return sbatch_layout(text)
+    if target == "torchtitan":
+        return torchtitan_layout(text, world, problem.model.n_layers)
+    if target == "deepspeed":
+        return deepspeed_layout(text, world)
+    return nanotron_layout(text, world)
+
+
+TORCHTITAN_ZERO = {0: 0, 1: 2, 2: 2, 3: 3}
+"""The documented mapping (docs/export.md): TorchTitan has no ZeRO-1 mode; ZeRO-1 becomes FSDP
+with parameters kept after forward (ZeRO-2 behaviour). With no data-parallel group there is
+nothing to shard and FSDP is off."""
+
+
+def expected(problem, layout, target):
+    job = Job.of(problem, layout)
+    lay = job.layout.model_dump()
+    lay["recompute"] = str(job.layout.recompute)
+    if target == "torchtitan":
+        lay["zero"] = TORCHTITAN_ZERO[lay["zero"]] if job.data_group > 1 else 0
+    return {k: lay[k] for k in AXES} | {"micro_batches": job.micro_batches, "world": job.n_gpus}
+
+
+def assert_same_layout(got, problem, layout, target):
+    want = expected(problem, layout, target)
+    assert {k: got[k] for k in want} == want
+    if "global_batch" in got:
+        assert got["global_batch"] == problem.training.global_batch
+
+
+@pytest.mark.parametrize("name", PROBLEMS)
+@pytest.mark.parametrize("target", list(EXPORTERS))
+def test_every_export_reads_back_as_the_same_layout(name, target):
+    problem = make_problem(*PROBLEMS[name][:3], seq_len=PROBLEMS[name][3],
+                           global_batch=PROBLEMS[name][4])
+    written = refused = 0
+    for layout in sample_layouts(problem):
+        reasons = check(target, problem, layout)
+        if reasons:
+            refused += 1
+            with pytest.raises(ExportError) as exc:
+                render(target, problem, layout)
+            assert all(r in str(exc.value) for r in reasons)
+            continue
+        text = render(target, problem, layout)
+        got = read_back(target, text, problem)
+        assert_same_layout(got, problem, layout, target)
+        written += 1
+    assert written + refused > 0
+    if target in ("megatron", "slurm", "torchtitan"):
+        assert written > 0, f"{target} wrote nothing for {name}"
+
+
+@pytest.mark.parametrize("name", PROBLEMS)
+def test_what_deepspeed_and_nanotron_can_express(name):
+    """launchers.md §0/§4/§5: DeepSpeed's JSON = data parallelism + ZeRO only; Nanotron has no VP,
+    no selective recompute, no EP, ZeRO 0/1, KV heads >= TP."""
+    problem = make_problem(*PROBLEMS[name][:3], seq_len=PROBLEMS[name][3],
+                           global_batch=PROBLEMS[name][4])
+    for layout in sample_layouts(problem, n=60, seed=1):
+        lay = layout.resolved(problem.cluster.n_gpus)
+        pure_dp = (lay.tp, lay.pp, lay.cp, lay.ep) == (1, 1, 1, 1) and lay.recompute == "none"
+        assert (not check("deepspeed", problem, layout)) == pure_dp, lay.slug
+        nano_ok = (lay.vp == 1 and lay.recompute != "selective" and lay.ep == 1 and lay.zero <= 1
+                   and not (lay.zero == 1 and lay.cp > 1) and problem.model.kv_heads >= lay.tp)
+        assert (not check("nanotron", problem, layout)) == nano_ok, lay.slug
+
+
+def test_megatron_model_shape_flags():
+    """The model flags describe the model: GQA groups, MoE experts, top-k, shared experts and the
+    dense-then-MoE layer pattern, MLA ranks."""
+    problem = make_problem("deepseek-v3", "h100", 256, seq_len=4096, global_batch=1024)
+    g = megatron_script_layout(render("megatron", problem, Layout(tp=8, ep=8, recompute="full")))["args"]
+    m = problem.model
+    assert (g.num_layers, g.hidden_size, g.ffn_hidden_size, g.num_attention_heads) == (
+        m.n_layers, m.hidden_size, m.ffn_hidden_size, m.n_heads)
+    assert (g.num_experts, g.moe_router_topk, g.moe_ffn_hidden_size) == (256, 8, 2048)
+    assert g.moe_shared_expert_intermediate_size == 2048
+    # Megatron evaluates the pattern string as a Python list expression (`moe_freq_type`)
+    assert eval(g.moe_layer_freq, {"__builtins__": {}}) == [0] * 3 + [1] * 58
+    assert g.multi_latent_attention and (g.q_lora_rank, g.kv_lora_rank) == (1536, 512)
+    assert (g.qk_head_dim, g.qk_pos_emb_head_dim, g.v_head_dim) == (128, 64, 128)
+    assert g.moe_token_dispatcher_type == "alltoall" and g.swiglu
+    assert g.untie_embeddings_and_output_weights and g.attention_dropout == 0.0
+
+    dense = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512)
+    g = megatron_script_layout(render("megatron", dense, Layout(tp=8, pp=4)))["args"]
+    assert g.group_query_attention and g.num_query_groups == 8 and g.num_experts is None
+
+
+def test_megatron_refuses_fsdp_with_interleaving_and_moe():
+    p = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512)
+    reasons = check("megatron", p, Layout(tp=8, pp=4, vp=5, zero=3))
+    assert len(reasons) == 1 and "Megatron-FSDP" in reasons[0] and "vp = 5" in reasons[0]
+    assert not check("megatron", p, Layout(tp=8, pp=4, zero=3))
+    moe = make_problem("mixtral-8x7b", "h100", 64, seq_len=4096, global_batch=256)
+    assert "MoE" in check("megatron", moe, Layout(tp=2, pp=4, zero=2))[0]
+
+
+def test_torchtitan_zero_mapping_and_refusals():
+    p = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512)
+    for zero, reshard in ((1, "never"), (2, "never"), (3, "always")):
+        cfg = torchtitan_layout(render("torchtitan", p, Layout(tp=8, pp=4, zero=zero)), 64, 80)
+        assert cfg["config"]["parallelism"]["fsdp_reshard_after_forward"] == reshard
+        assert f"ZeRO-{zero} -> FSDP" in render("torchtitan", p, Layout(tp=8, pp=4, zero=zero))
+    assert "without sequence parallelism" in check("torchtitan", p, Layout(tp=8, pp=4, sp=False))[0]
+    assert "1-D only" in check("torchtitan", p, Layout(tp=8, pp=4, zero=0))[0]
+    small = make_problem("llama3-8b", "h100", 8, seq_len=4096, global_batch=64)
+    ddp = torchtitan_layout(render("torchtitan", small, Layout(zero=0)), 8, 32)
+    assert ddp["config"]["parallelism"]["data_parallel_replicate_degree"] == 8 and ddp["zero"] == 0
+
+
+def test_render_refusal_names_reasons_and_the_targets_that_can():
+    p = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512)
+    lay = Layout(tp=8, pp=4, vp=5, recompute="selective")
+    with pytest.raises(ExportError) as exc:
+        render("deepspeed", p, lay)
+    msg = str(exc.value)
+    assert msg.splitlines()[0] == "deepspeed cannot launch dp2-tp8-pp4-vp5-cp1-ep1-z1-rselective-sp-mb1:"
+    assert "tensor parallelism (tp = 8)" in msg and "pipeline parallelism (pp = 4, vp = 5)" in msg
+    assert msg.splitlines()[-1] == "targets that can launch it: megatron, torchtitan, slurm"
+    assert targets_for(p, lay) == ["megatron", "torchtitan", "slurm"]
+    with pytest.raises(ExportError, match="no target can launch it"):
+        render("megatron", p, Layout(tp=8, pp=3))
+    with pytest.raises(ExportError, match="unknown export target 'titan'"):
+        render("titan", p, lay)
+
+
+def test_single_node_script_is_standalone_and_multi_node_uses_c10d():
+    small = make_problem("llama3-8b", "h100", 4, seq_len=2048, global_batch=32)
+    text = render("megatron", small, Layout(tp=2))
+    assert "torchrun --standalone --nnodes 1 --nproc-per-node 4" in text
+    got = megatron_script_layout(text)
+    assert (got["nodes"], got["per_node"], got["world"]) == (1, 4, 4)
+    sb = sbatch_layout(render("slurm", small, Layout(tp=2)))
+    assert (sb["nodes"], sb["per_node"]) == (1, 4)
+
+
+def test_reader_rejects_a_tampered_export():
+    """The readers are not rubber stamps: a file edited into an invalid launch is rejected."""
+    p = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512)
+    text = render("megatron", p, Layout(tp=8, pp=4, vp=5, recompute="selective"))
+    with pytest.raises(LaunchRejected, match="M >= PP"):
+        megatron_script_layout(text.replace("--global-batch-size 512", "--global-batch-size 6"))
+    with pytest.raises(LaunchRejected, match="CUDA_DEVICE_MAX_CONNECTIONS"):
+        megatron_script_layout(text.replace("export CUDA_DEVICE_MAX_CONNECTIONS=1\n", ""))
+    with pytest.raises(LaunchRejected, match="unrecognized arguments"):
+        megatron_script_layout(text.replace("--bf16", "--bf16 --not-a-megatron-flag"))
+    toml = render("torchtitan", p, Layout(tp=8, pp=4, vp=5))
+    with pytest.raises(LaunchRejected, match="stages"):
+        torchtitan_layout(toml.replace("less_layers = 0", "less_layers = 1"), 64, 80)
+    small = make_problem("llama3-8b", "h100", 8, seq_len=4096, global_batch=64)
+    js = render("deepspeed", small, Layout(zero=2))
+    with pytest.raises(LaunchRejected, match="train_batch_size"):
+        deepspeed_layout(js.replace('"gradient_accumulation_steps": 8', '"gradient_accumulation_steps": 4'), 8)
+
+
+@pytest.mark.parametrize("name", PROBLEMS)
+def test_deepspeed_writes_every_pure_data_parallel_layout(name):
+    problem = make_problem(*PROBLEMS[name][:3], seq_len=PROBLEMS[name][3],
+                           global_batch=PROBLEMS[name][4])
+    table = enumerate_layouts(problem)
+    rules = tuple(RULE_BY_NAME[r] for r in HARD_RULES)
+    ok = check_rules(problem, build_arch(problem.model), table, rules) == 0
+    pure = ok & (table["tp"] == 1) & (table["pp"] == 1) & (table["cp"] == 1) & (table["ep"] == 1)
+    pure &= table["rc"] == 0
+    rows = np.flatnonzero(pure)
+    assert len(rows) > 0
+    for i in rows:
+        layout = table.row(int(i))
+        got = deepspeed_layout(render("deepspeed", problem, layout), problem.cluster.n_gpus)
+        assert_same_layout(got, problem, layout, "deepspeed")
+
+
+@pytest.mark.parametrize("name", list(EXPORTERS))
+def test_exporter_contract(name):
+    """Registry entries follow the `Exporter` contract: name, suffix, summary, check -> list of
+    reasons, render -> text in the suffix's format (or ExportError with the reasons)."""
+    exporter = EXPORTERS[name]
+    assert exporter.name == name and exporter.suffix in (".sh", ".toml", ".json", ".yaml")
+    assert exporter.summary
+    small = make_problem("llama3-8b", "h100", 8, seq_len=4096, global_batch=64)
+    layout = Layout(zero=1)  # plain data parallelism: every target can express it
+    assert exporter.check(small, layout) == []
+    text = exporter.render(small, layout)
+    assert text == render(name, small, layout) and text.endswith("\n")
+    if exporter.suffix == ".sh":
+        assert text.startswith("#!")
+    bad = Layout(tp=3)
+    assert exporter.check(small, bad) and all(isinstance(r, str) for r in exporter.check(small, bad))
+    with pytest.raises(ExportError):
+        exporter.render(small, bad)

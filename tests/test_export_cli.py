@@ -1,0 +1,200 @@
+"""`autoparallel export`: the three ways to name a layout, files on disk, scripts that really run
+(under stand-in torchrun/srun/scontrol), and bad input: one message, exit code 2, no traceback."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+
+import pandas as pd
+import pytest
+
+from autoparallel import make_problem
+from autoparallel.exporters import check
+from autoparallel.search.plan import plan
+from conftest import run_cli
+from launcher_checks import megatron_layout, megatron_script_layout, torchrun_args
+
+PROBLEM = ["--model", "llama3-70b", "--gpu", "h100", "--gpus", "64", "--seq-len", "8192",
+           "--global-batch", "512"]
+REFERENCE = ["--tp", "8", "--pp", "4", "--vp", "5", "--recompute", "selective"]
+bash = shutil.which("bash")
+
+
+def test_rank_exports_the_planned_layout():
+    problem = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512)
+    best = plan(problem, top=20)
+    rank = next(i for i in range(len(best.ranked))
+                if not check("megatron", problem, best.ranked.table.row(i)))
+    want = best.ranked.table.row(rank)
+    r = run_cli("export", "--target", "megatron", *PROBLEM, "--rank", str(rank + 1))
+    assert r.returncode == 0, r.stderr
+    got = megatron_script_layout(r.stdout)
+    assert all(got[k] == getattr(want, k) for k in ("dp", "tp", "pp", "vp", "cp", "zero",
+                                                    "micro_batch"))
+    r = run_cli("export", "--target", "torchtitan", *PROBLEM, "--rank", "1")
+    assert r.returncode == 0, r.stderr
+    assert tomllib.loads(r.stdout)["parallelism"]["tensor_parallel_degree"] == \
+        best.ranked.table.row(0).tp
+
+
+def test_from_sweep_csv_row(tmp_path):
+    csv = tmp_path / "sweep.csv"
+    r = run_cli("plan", *PROBLEM, "--top", "4", "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    csv.write_text(r.stdout)
+    frame = pd.read_csv(csv)
+    for k in (1, 4):
+        r = run_cli("export", "--target", "torchtitan", "--from", csv, "--row", k)
+        assert r.returncode == 0, r.stderr
+        par = tomllib.loads(r.stdout)["parallelism"]
+        row = frame.iloc[k - 1]
+        assert (par["tensor_parallel_degree"], par["pipeline_parallel_degree"],
+                par["context_parallel_degree"]) == (row.tp, row.pp, row.cp)
+        assert f"layout dp{row.dp}-tp{row.tp}-pp{row.pp}-vp{row.vp}" in r.stdout
+
+
+def test_output_file_is_written_and_scripts_are_executable(tmp_path):
+    out = tmp_path / "run.sh"
+    r = run_cli("export", "--target", "slurm", *PROBLEM, *REFERENCE, "--output", out)
+    assert r.returncode == 0 and r.stdout == ""
+    assert "wrote sbatch script for dp2-tp8-pp4-vp5" in r.stderr
+    assert out.read_text().startswith("#!/bin/bash\n#SBATCH")
+    assert os.access(out, os.X_OK)
+    js = tmp_path / "ds.json"
+    r = run_cli("export", "--target", "deepspeed", "--model", "llama3-8b", "--gpu", "h100",
+                "--gpus", "8", "--seq-len", "4096", "--global-batch", "64", "--zero", "2",
+                "--output", js)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(js.read_text())["zero_optimization"]["stage"] == 2
+
+
+def test_unfitting_layout_is_exported_with_a_warning():
+    r = run_cli("export", "--target", "deepspeed", *PROBLEM, "--zero", "0")
+    assert r.returncode == 0, r.stderr
+    assert "warning: dp64-tp1-pp1-vp1-cp1-ep1-z0-rnone-mb1 is predicted not to fit" in r.stderr
+    assert json.loads(r.stdout)["gradient_accumulation_steps"] == 8
+
+
+STUB = """#!{python}
+import json, os, sys
+with open(os.environ["STUB_LOG"], "a") as f:
+    f.write(json.dumps({{"prog": os.path.basename(sys.argv[0]), "argv": sys.argv[1:],
+                        "env": {{k: os.environ.get(k) for k in ("CUDA_DEVICE_MAX_CONNECTIONS",)}}}}) + "\\n")
+if os.path.basename(sys.argv[0]) == "scontrol":
+    print("node-a\\nnode-b")
+if os.path.basename(sys.argv[0]) == "srun":
+    os.execvp(sys.argv[1], sys.argv[1:])
+"""
+
+
+@pytest.mark.skipif(bash is None, reason="bash is not installed")
+@pytest.mark.parametrize("target", ["megatron", "slurm"])
+def test_scripts_run_under_stand_in_launchers(tmp_path, target):
+    """bash runs the exported script; stand-in torchrun/srun/scontrol record what they receive:
+    the Megatron-LM arguments parse, pass Megatron's checks and give the reference layout, and
+    the user's extra arguments arrive at the end."""
+    script = tmp_path / "run.sh"
+    r = run_cli("export", "--target", target, *PROBLEM, *REFERENCE, "--output", script)
+    assert r.returncode == 0, r.stderr
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for prog in ("torchrun", "srun", "scontrol"):
+        (bindir / prog).write_text(STUB.format(python=sys.executable))
+        (bindir / prog).chmod(0o755)
+    log = tmp_path / "calls.jsonl"
+    env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}", STUB_LOG=str(log),
+               HEAD_NODE="node-a", SLURM_JOB_ID="42", SLURM_JOB_NODELIST="node-[a-b]")
+    env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
+    run = subprocess.run([bash, str(script), "--lr", "3e-4"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    torchrun = next(c for c in calls if c["prog"] == "torchrun")
+    argv = torchrun["argv"]
+    assert argv[-2:] == ["--lr", "3e-4"]
+    i = argv.index("pretrain_gpt.py")
+    t = torchrun_args(["torchrun"] + argv[:i])
+    assert t.rdzv_endpoint == "node-a:29500" and (t.rdzv_id == "42") == (target == "slurm")
+    got = megatron_layout(argv[i + 1:-2], int(t.nnodes) * int(t.nproc_per_node), torchrun["env"])
+    assert {k: got[k] for k in ("dp", "tp", "pp", "vp", "zero", "recompute", "micro_batches")} == \
+        dict(dp=2, tp=8, pp=4, vp=5, zero=1, recompute="selective", micro_batches=256)
+    if target == "megatron":  # HEAD_NODE is required on several nodes
+        env.pop("HEAD_NODE")
+        run = subprocess.run([bash, str(script)], env=env, capture_output=True, text=True, timeout=60)
+        assert run.returncode != 0 and "set HEAD_NODE" in run.stderr
+
+
+def _bad(*args):
+    r = run_cli("export", *map(str, args))
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stdout + r.stderr and r.stdout == ""
+    return r.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--target", "titan", *PROBLEM, "--tp", "8"], "unknown export target 'titan'; choose one of megatron, torchtitan, deepspeed, nanotron, slurm"),
+    ([*PROBLEM, "--tp", "8"], "missing --target"),
+    (["--target", "deepspeed", *PROBLEM, *REFERENCE], "deepspeed cannot launch dp2-tp8-pp4-vp5"),
+    (["--target", "nanotron", *PROBLEM, *REFERENCE], "interleaving (vp = 5)"),
+    (["--target", "torchtitan", *PROBLEM, "--tp", "8", "--pp", "4", "--no-sp"], "without sequence parallelism"),
+    (["--target", "megatron", *PROBLEM, "--tp", "8", "--pp", "3"], "no target can launch it"),
+    (["--target", "megatron", *PROBLEM], "which layout?"),
+    (["--target", "megatron", *PROBLEM, "--rank", "1", "--tp", "8"], "either --rank or layout flags"),
+    (["--target", "megatron", *PROBLEM, "--rank", "0"], "ranks start at 1"),
+    (["--target", "megatron", *PROBLEM, "--rank", "999999"], "--rank 999999: only"),
+    (["--target", "megatron", *PROBLEM, "--vp", "2"], "`vp` (2) > 1 needs pipeline parallelism"),
+    (["--target", "megatron", "--row", "1", *PROBLEM, "--tp", "8"], "--row needs --from"),
+])
+def test_bad_input_one_message_exit_2(args, needle):
+    err = _bad(*args)
+    assert err.startswith("error: ") and needle in err, err
+
+
+def test_refusal_lists_targets_that_can():
+    err = _bad("--target", "deepspeed", *PROBLEM, *REFERENCE)
+    assert err.splitlines()[-1].strip() == "targets that can launch it: megatron, torchtitan, slurm"
+
+
+def test_bad_sweep_csv(tmp_path):
+    good = tmp_path / "sweep.csv"
+    r = run_cli("plan", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq-len",
+                "4096", "--global-batch", "64", "--top", "2", "--format", "csv")
+    good.write_text(r.stdout)
+    assert "has 2 data row(s), numbered from 1" in _bad("--target", "megatron", "--from", good, "--row", "3")
+    assert "has 2 data row(s)" in _bad("--target", "megatron", "--from", good, "--row", "0")
+    assert "--from needs --row" in _bad("--target", "megatron", "--from", good)
+    assert "drop --model" in _bad("--target", "megatron", "--from", good, "--row", "1",
+                                  "--model", "llama3-8b")
+    assert "file not found" in _bad("--target", "megatron", "--from", tmp_path / "nope.csv", "--row", "1")
+    missing = tmp_path / "missing.csv"
+    missing.write_text("model,gpu,tp\nllama3-8b,h100,1\n")
+    assert "missing column(s) n_gpus, seq_len, global_batch, pp" in _bad(
+        "--target", "megatron", "--from", missing, "--row", "1")
+    frame = pd.read_csv(good, dtype=str, keep_default_na=False)
+    frame.loc[0, "tp"] = "eight"
+    frame.loc[1, "zero"] = "7"
+    broken = tmp_path / "broken.csv"
+    frame.to_csv(broken, index=False)
+    assert "row 1: `tp` = 'eight' is not a number" in _bad("--target", "megatron", "--from", broken, "--row", "1")
+    assert "row 2: `zero` = 7" in _bad("--target", "megatron", "--from", broken, "--row", "2")
+    ragged = tmp_path / "ragged.csv"
+    ragged.write_text('model,gpu,n_gpus\n"llama3-8b,h100,8\n')
+    assert "not a readable CSV" in _bad("--target", "megatron", "--from", ragged, "--row", "1")
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(b"\xff\xfe\x00\x01garbage")
+    assert "error: --from" in _bad("--target", "megatron", "--from", binary, "--row", "1")
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    assert "not a readable CSV" in _bad("--target", "megatron", "--from", empty, "--row", "1")
+
+
+def test_nothing_fits_row_says_so(tmp_path):
+    sweep = tmp_path / "s.csv"
+    r = run_cli("sweep", "--output", sweep, "--model", "llama3-405b", "--gpu", "h100",
+                "--gpus", "8", "--seq-len", "8192", "--global-batch", "64", "--top", "1")
+    assert r.returncode == 0, r.stderr
+    err = _bad("--target", "megatron", "--from", sweep, "--row", "1")
+    assert "row 1 holds no layout" in err

@@ -1,0 +1,179 @@
+"""`autoparallel validate`: measured-run rows -> problems and layouts, measured step times in one
+FLOP convention, error report, plot, and bad input (skip with a reason, or exit 2)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from autoparallel.cost.arch import build_arch
+from autoparallel.validation.conventions import flops_per_token
+from autoparallel.validation.report import predict, summary
+from autoparallel.validation.runs import load_cases, read_runs
+from conftest import DATA, run_cli
+
+SUBSET = DATA / "runs_subset.csv"  # 15 rows copied from shared/data/published_runs.csv
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return load_cases(read_runs(SUBSET))
+
+
+def _case(cases, row_id):
+    return next(c for c in cases if c.row_id == row_id)
+
+
+def test_subset_rows_used_and_skipped_with_reasons(loaded):
+    cases, skipped = loaded
+    assert sorted(c.row_id for c in cases) == [
+        "GT0059", "GT0061", "GT0065", "GT0296", "GT0330", "GT0357", "GT0400", "GT0435",
+        "GT0470", "GT0524", "GT0535", "GT0733"]
+    reasons = dict(zip(skipped["row_id"], skipped["reason"]))
+    assert reasons == {
+        "GT0070": "incomplete layout (tp/pp not stated)",
+        "GT0806": "precision not BF16 (FP8/FP4)",
+        "GT0830": "unknown GPU (B300/GB300: no preset)",
+    }
+
+
+def test_layouts_derived_from_what_the_rows_say(loaded):
+    cases, _ = loaded
+    bloom = _case(cases, "GT0059")  # TP4 PP12 DP8, MBS2, ZeRO-1 (BF16Optimizer), full recompute
+    lay = bloom.layout
+    assert (lay.dp, lay.tp, lay.pp, lay.zero, lay.micro_batch, lay.recompute.value) == (
+        8, 4, 12, 1, 2, "full")
+    assert bloom.gpu == "a100-80gb" and bloom.grad_dtype == "fp32"
+    assert "uneven pipeline stages (layers / (pp x vp) not whole)" in bloom.assumptions
+    mpt = _case(cases, "GT0435")  # FSDP FULL_SHARD, pure bf16, A100 40GB
+    assert (mpt.layout.dp, mpt.layout.zero, mpt.gpu, mpt.grad_dtype) == (64, 3, "a100-40gb", "bf16")
+    assert mpt.model.activation == "gelu" and mpt.model.tied_embeddings  # NumParams matches tied
+    meg = _case(cases, "GT0065")  # dp derived, micro-batch assumed 1, overlap-param-gather -> ZeRO-1
+    assert (meg.layout.dp, meg.layout.tp, meg.layout.pp, meg.layout.micro_batch, meg.layout.zero) == (
+        48, 8, 2, 1, 1)
+    assert "micro-batch not stated: 1" in meg.assumptions
+    nano = _case(cases, "GT0535")  # 1.34B: tie_word_embeddings when ffn < 10000 (nanotron script)
+    assert nano.model.tied_embeddings and nano.model.activation == "swiglu"
+    ds = _case(cases, "GT0733")  # MLA dims from the deepseek-v3 preset, 3 dense layers from notes
+    assert ds.model.mla is not None and ds.model.moe.n_dense_layers == 3 and ds.layout.ep == 64
+
+
+def test_measured_step_from_each_kind_of_measurement(loaded):
+    cases, _ = loaded
+    # iteration time given: BLOOM log line 105.22 s
+    assert _case(cases, "GT0059").measured_step_s == pytest.approx(105.22, rel=1e-12)
+    # tokens/s/GPU: step = seq x gbs / (tps x GPUs) = 2048 x 4096 / (1007 x 512)
+    assert _case(cases, "GT0296").measured_step_s == pytest.approx(2048 * 4096 / (1007 * 512), rel=1e-12)
+    # TFLOP/s in Megatron-Core r0.8.0's non-causal convention (reference §2.2):
+    # 72 L h^2 (1 + s/(6h) + V/(12 L h)) per token for a GPT layer
+    meg = _case(cases, "GT0061")
+    L, h, V, s = 24, 2048, 131072, 4096
+    per_token = 72 * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))
+    assert meg.measured_step_s == pytest.approx(s * 192 * per_token / (408.8e12 * 48), rel=1e-9)
+    # MFU only (nanotron): TFLOP/s = 44.32% of 989, nanotron's non-causal count
+    nano = _case(cases, "GT0535")
+    arch = build_arch(nano.model)
+    expect = 4096 * 256 * flops_per_token("nanotron", arch, 4096) / (0.4432 * 989e12 * 8)
+    assert nano.measured_step_s == pytest.approx(expect, rel=1e-12)
+    assert nano.measured_mem_gib == pytest.approx(41.76e9 / 2**30, rel=1e-12)
+
+
+def test_utilisation_recomputed_in_our_convention(loaded):
+    cases, _ = loaded
+    pred = predict([_case(cases, "GT0061")]).iloc[0]
+    # the source's 41% MFU counts non-causal attention; ours (causal) must be lower by exactly
+    # the ratio of the two FLOP counts
+    arch = build_arch(_case(cases, "GT0061").model)
+    ratio = flops_per_token("megatron_causal", arch, 4096) / flops_per_token("megatron_noncausal", arch, 4096)
+    assert pred["measured_mfu"] == pytest.approx(408.8 / 989 * ratio, rel=1e-9)
+    assert 0.35 < pred["measured_mfu"] < 408.8 / 989
+
+
+def test_report_is_deterministic_and_consistent(loaded):
+    cases, skipped = loaded
+    a, b = predict(cases), predict(cases)
+    pd.testing.assert_frame_equal(a, b)
+    err = a["predicted_step_s"] / a["measured_step_s"] - 1
+    np.testing.assert_allclose(a["step_err"], err, rtol=1e-12)
+    summ = summary(a, skipped).set_index("source")
+    assert summ.loc["ALL", "used"] == 12 and summ.loc["ALL", "skipped"] == 3
+    assert summ.loc["ALL", "median_abs_err"] == pytest.approx(np.median(np.abs(err)), rel=1e-12)
+    assert summ.loc["ALL", "p90_abs_err"] == pytest.approx(np.percentile(np.abs(err), 90), rel=1e-12)
+    assert summ.loc["nanotron_playbook_2025", "mem_rows"] == 2
+    # every run in the subset ran, so none may be predicted not to fit in the GPU's memory
+    assert summ.loc["ALL", "not_fit"] == 0
+
+
+def test_validate_cli_report_csv_and_plot(tmp_path):
+    out, png = tmp_path / "report.csv", tmp_path / "validation.png"
+    r = run_cli("validate", "--runs", SUBSET, "--output", out, "--plot", png)
+    assert r.returncode == 0, r.stderr
+    assert "12 used, 3 skipped" in r.stdout
+    for needle in ("median |err|", "p90 |err|", "bias", "worst ten rows", "unknown GPU (B300/GB300: no preset)",
+                   "micro-batch not stated: 1"):
+        assert needle in r.stdout
+    rep = pd.read_csv(out)
+    assert len(rep) == 12 and {"measured_step_s", "predicted_step_s", "step_err", "measured_mfu",
+                               "top_items", "assumptions"} <= set(rep.columns)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_validate_with_a_profile_file_for_one_gpu(tmp_path):
+    prof = tmp_path / "h100.toml"
+    # half the shipped H100 GEMM and attention efficiencies (0.64, 0.184, 0.6 cuDNN)
+    prof.write_text('gpu = "h100"\n[profile]\ngemm_efficiency = 0.32\nattention_efficiency = 0.092\n'
+                    'cudnn_attention_efficiency = 0.3\n')
+    base, slow = tmp_path / "a.csv", tmp_path / "b.csv"
+    assert run_cli("validate", "--runs", SUBSET, "--output", base).returncode == 0
+    r = run_cli("validate", "--runs", SUBSET, "--output", slow, "--profile", prof)
+    assert r.returncode == 0, r.stderr
+    a, b = pd.read_csv(base).set_index("row_id"), pd.read_csv(slow).set_index("row_id")
+    h100 = a["gpu"] == "h100"
+    assert (b.loc[h100, "predicted_step_s"] > a.loc[h100, "predicted_step_s"] * 1.3).all()
+    np.testing.assert_allclose(b.loc[~h100, "predicted_step_s"], a.loc[~h100, "predicted_step_s"])
+
+
+def test_bad_rows_are_skipped_with_a_reason(tmp_path):
+    frame = pd.read_csv(SUBSET, dtype=str, keep_default_na=False)
+    frame.loc[frame["row_id"] == "GT0400", "num_gpus"] = "eight"
+    frame.loc[frame["row_id"] == "GT0470", "gpu"] = "TPU v5p"
+    frame.loc[frame["row_id"] == "GT0357", "tokens_per_s_per_gpu"] = "-3"
+    path = tmp_path / "bad.csv"
+    frame.to_csv(path, index=False)
+    cases, skipped = load_cases(read_runs(path))
+    reasons = dict(zip(skipped["row_id"], skipped["reason"]))
+    assert reasons["GT0400"] == "non-numeric `num_gpus`"
+    assert reasons["GT0470"] == "unknown GPU (TPU)"
+    assert reasons["GT0357"] == "non-numeric or non-positive `tokens_per_s_per_gpu`"
+    assert len(cases) == 9
+    r = run_cli("validate", "--runs", path)
+    assert r.returncode == 0 and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("row_id,gpu,num_gpus\nGT1,H100,8\n", "missing column(s) seq_len, gbs, layers"),
+    ("gpu,num_gpus,seq_len,gbs,layers,hidden,heads,vocab,precision\nH100,8,2048,8,2,64,2,100,bf16\n",
+     "no measurement column"),
+    ("", "not a readable CSV"),
+])
+def test_bad_files_exit_2_with_one_message(tmp_path, content, needle):
+    path = tmp_path / "runs.csv"
+    path.write_text(content)
+    r = run_cli("validate", "--runs", path)
+    assert r.returncode == 2
+    assert needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_missing_runs_file_exit_2(tmp_path):
+    r = run_cli("validate", "--runs", tmp_path / "nope.csv")
+    assert r.returncode == 2 and "file not found" in r.stderr
+
+
+def test_a_file_with_no_usable_row_reports_and_cannot_plot(tmp_path):
+    frame = pd.read_csv(SUBSET, dtype=str, keep_default_na=False)
+    path = tmp_path / "fp8.csv"
+    frame[frame["row_id"] == "GT0806"].to_csv(path, index=False)
+    r = run_cli("validate", "--runs", path)
+    assert r.returncode == 0, r.stderr
+    assert "0 used, 1 skipped" in r.stdout and "precision not BF16 (FP8/FP4)" in r.stdout
+    r = run_cli("validate", "--runs", path, "--plot", tmp_path / "p.png")
+    assert r.returncode == 2 and "no usable runs to plot" in r.stderr
