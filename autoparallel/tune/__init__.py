@@ -66,14 +66,15 @@ def build_pool(config: TuneConfig, n_candidates: int, space: SearchSpace | None 
         from ..search.explain import nothing_fits_message
 
         raise InfeasibleError(nothing_fits_message(result))
-    keep = None
-    if config.template.exporter_targets:
-        def keep(layout) -> bool:
-            try:
-                render_exports(config.template, config.problem, layout, None)
-                return True
-            except ExportError:
-                return False
+
+    def expressible(layout) -> bool:
+        try:
+            render_exports(config.template, config.problem, layout, None)
+            return True
+        except ExportError:
+            return False
+
+    keep = expressible if config.template.exporter_targets else None
     pool, refused = CandidatePool.from_survivors(result.survivors, n_candidates, keep)
     if not len(pool):
         raise SpecError(f"none of the fitting layouts can be expressed by "

@@ -61,8 +61,3 @@ def best_row(rows: list[TrialRow]) -> TrialRow | None:
     done = [r for r in rows if r.measured_s is not None]
     return min(done, key=lambda r: (r.measured_s, r.predicted_rank or 0)) if done else None
 
-
-def measured_layouts(rows: list[TrialRow]) -> list[str]:
-    """Layouts whose command ran to an outcome (measured or failed by its own measurement)."""
-    own = {"oom", "crash", "timeout", "no_metric"}
-    return [r.layout for r in rows if r.layout and (r.state == "COMPLETE" or r.failure in own)]
