@@ -1,18 +1,10 @@
 """`tune --calibrate`: refit a few efficiency knobs of the `Profile` to the measured step times.
 
-The fit (scipy.optimize.least_squares, trust-region reflective, bounded):
-
-- parameters: each efficiency knob in `KNOBS` as a factor on its current value (bounded so the
-  knob stays in (0.02, 1]), and `step_overhead_ms` as milliseconds (bounded to [0, median
-  measured step]);
-- residuals: log(predicted / measured) of every measured layout — relative errors, so long and
-  short steps weigh the same — plus a prior term per knob, sqrt(`prior_weight`) x log(factor)
-  (and x overhead / median step), which keeps knobs the measurements cannot tell apart near
-  their current values.
-
-Since the fit starts at the current profile and never increases the cost, the refitted profile's
-RMS error on the measurements is at most the current one. It is a small, local refit of one
-job's measurements, not a general calibration.
+The fit is the one of `autoparallel calibrate` (`validation.calibrate.fit`: least squares on
+log step time within physical bounds, a prior at the current values so that knobs the
+measurements cannot tell apart stay put), run on this study's measurements as run cases. Unlike a
+calibration on published runs it must never make the profile worse on the layouts it measured:
+if the refit's RMS log error is higher than the current profile's, the current one is kept.
 """
 
 from __future__ import annotations
@@ -23,16 +15,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cost.arch import build_arch
-from ..evaluate import evaluate
-from ..layouts import LayoutTable
 from ..specs.hardware import Profile
 from ..specs.layout import Layout
 from ..specs.problem import Problem
 
-KNOBS = ("gemm_efficiency", "attention_efficiency", "scaleup_efficiency", "nic_efficiency")
-"""Efficiency knobs the refit moves (plus `step_overhead_ms`); with `attention = "cudnn"` the
-job's attention knob, `cudnn_attention_efficiency`, takes the place of `attention_efficiency`."""
+KNOBS = ("gemm_efficiency", "attention_efficiency", "scaleup_efficiency", "nic_efficiency",
+         "step_overhead_ms")
+"""Knobs the refit moves; with `attention = "cudnn"` the job's attention knob,
+`cudnn_attention_efficiency`, takes the place of `attention_efficiency`."""
 
 
 def knobs_for(problem: Problem) -> tuple[str, ...]:
@@ -41,7 +31,6 @@ def knobs_for(problem: Problem) -> tuple[str, ...]:
         return tuple("cudnn_attention_efficiency" if k == "attention_efficiency" else k
                      for k in KNOBS)
     return KNOBS
-MIN_EFFICIENCY = 0.02
 
 
 @dataclass(frozen=True)
@@ -61,54 +50,40 @@ class Calibration:
                 "rms_log_error_after": self.rms_log_error_after}
 
 
-def _predict_s(problem: Problem, arch, table: LayoutTable, profile: Profile) -> np.ndarray:
-    ev = evaluate(problem.model_copy(update={"profile": profile}), table, arch=arch)
-    return np.asarray(ev.time["step"], dtype=float)
+def _cases(problem: Problem, measured: list[tuple[Layout, float]]):
+    from ..validation.runs import RunCase
+
+    c, tr = problem.cluster, problem.training
+    return [RunCase(row_id=f"trial{i}", source="tune", gpu=c.gpu, model=problem.model,
+                    n_gpus=c.n_gpus, gpus_per_node=c.gpus_per_node, seq_len=tr.seq_len,
+                    global_batch=tr.global_batch, grad_dtype=tr.grad_dtype,
+                    attention=tr.attention, layout=lay, measured_step_s=float(t),
+                    measured_from="tune", tp_comm_overlap=tr.tp_comm_overlap)
+            for i, (lay, t) in enumerate(measured)]
 
 
 def fit_profile(problem: Problem, measured: list[tuple[Layout, float]],
                 prior_weight: float = 0.05) -> Calibration:
-    """Refit `knobs_for(problem)` and `step_overhead_ms` of `problem.profile` to (layout, step
-    seconds) pairs.
+    """Refit `knobs_for(problem)` of `problem.profile` to (layout, step seconds) pairs.
 
     Raises:
         ValueError: fewer than two measurements.
     """
-    from scipy.optimize import least_squares
+    from ..validation.calibrate import _Model, fit
 
     if len(measured) < 2:
         raise ValueError(f"calibration needs at least 2 measured layouts, got {len(measured)}")
-    arch = build_arch(problem.model)
-    table = LayoutTable.from_layouts([lay for lay, _ in measured], problem.cluster.n_gpus)
-    y = np.log(np.array([t for _, t in measured], dtype=float))
     base = problem.profile
-    knobs = knobs_for(problem)
-    start = np.array([getattr(base, k) for k in knobs])
-    median_ms = float(np.median(np.exp(y))) * 1e3
-    w = np.sqrt(prior_weight)
-
-    def profile_at(x: np.ndarray) -> Profile:
-        moved = {k: float(min(1.0, v)) for k, v in zip(knobs, start * x[:-1])}
-        return base.model_copy(update=moved | {"step_overhead_ms": float(x[-1])})
-
-    def residuals(x: np.ndarray) -> np.ndarray:
-        pred = _predict_s(problem, arch, table, profile_at(x))
-        fit = np.log(np.maximum(pred, 1e-12)) - y
-        prior = w * np.append(np.log(x[:-1]), (x[-1] - base.step_overhead_ms) / median_ms)
-        return np.concatenate([fit, prior])
-
-    x0 = np.append(np.ones(len(knobs)), base.step_overhead_ms)
-    lower = np.append(MIN_EFFICIENCY / start, 0.0)
-    upper = np.append(1.0 / start, max(median_ms, base.step_overhead_ms + 1e-9))
-    sol = least_squares(residuals, x0, bounds=(lower, upper), method="trf", x_scale="jac")
-    n = len(measured)
-    before = float(np.sqrt(np.mean(residuals(x0)[:n] ** 2)))
-    after = float(np.sqrt(np.mean(residuals(sol.x)[:n] ** 2)))
-    prof = profile_at(sol.x)
-    if after > before:  # keep the promise of never being worse on the measurements
+    cases = _cases(problem, measured)
+    res = fit(cases, base, knobs=knobs_for(problem), loss="linear", prior_weight=prior_weight)
+    after = float(np.sqrt(np.mean(res.residuals ** 2)))
+    model = _Model(cases, base)
+    before = float(np.sqrt(np.mean((model.log_pred(base) - model.log_meas) ** 2)))
+    prof = res.profile
+    if not after <= before:  # keep the promise of never being worse on the measurements
         prof, after = base, before
-    fitted = {k: float(getattr(prof, k)) for k in (*knobs, "step_overhead_ms")}
-    return Calibration(prof, fitted, n, before, after)
+    fitted = {k: float(getattr(prof, k)) for k in res.knobs}
+    return Calibration(prof, fitted, len(measured), before, after)
 
 
 def _toml_value(v) -> str:
