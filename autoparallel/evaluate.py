@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cost.arch import Arch, build_arch
-from .cost.memory import MEMORY_ITEMS, memory_ledger
+from .cost.memory import memory_ledger
 from .cost.time import TIME_ITEMS, time_ledger
 from .errors import SpecError
 from .layouts import LayoutTable

@@ -44,10 +44,6 @@ class LayoutTable:
             micro_batch=c["mb"],
         )
 
-    def slugs(self) -> list[str]:
-        """Slug of every row (Python loop: for output only)."""
-        return [self.row(i).slug for i in range(len(self))]
-
     @classmethod
     def from_layouts(cls, layouts: Sequence[Layout], n_gpus: int) -> LayoutTable:
         """Build a table from layouts; `dp` and `sp` are resolved against `n_gpus`."""

@@ -130,13 +130,15 @@ def check_rules(problem: Problem, arch: Arch, t: LayoutTable, rules=None) -> np.
     return flags
 
 
+_OOM = Rule("oom", Reject.OOM, "does not fit in usable GPU memory", lambda p, a, t: None)
+_BY_FLAG = {r.flag: r for r in (*RULES, _OOM)}
+
+
 def reasons(flags: int) -> list[str]:
     """Names of the rules a flag value violates."""
-    names = {r.flag: r.name for r in RULES} | {Reject.OOM: "oom"}
-    return [names[f] for f in Reject if flags & f]
+    return [_BY_FLAG[f].name for f in Reject if flags & f]
 
 
 def explain(flags: int) -> list[str]:
-    """Readable reasons for a flag value."""
-    whys = {r.flag: r.why for r in RULES} | {Reject.OOM: "does not fit in usable GPU memory"}
-    return [f"{name}: {whys[f]}" for f in Reject if flags & f for name in [reasons(int(f))[0]]]
+    """'name: why' for every rule a flag value violates."""
+    return [f"{_BY_FLAG[f].name}: {_BY_FLAG[f].why}" for f in Reject if flags & f]

@@ -93,3 +93,16 @@ def test_presets_and_schema_commands():
     assert r.returncode == 0 and "memory_gib" in json.loads(r.stdout)["properties"]
     r = run_cli("schema", "nothing")
     assert r.returncode == 2 and "choose one of" in r.stderr
+
+
+@pytest.mark.parametrize("command", ["estimate", "plan", "export", "tune"])
+def test_problem_options_declared_once_for_every_command(command):
+    # the problem options come from one declaration (cli/options.py::ProblemOptions); a new one
+    # (e.g. --tp-comm-overlap) must reach every command that builds a problem
+    r = run_cli(command, "--help")
+    assert r.returncode == 0
+    flat = " ".join(r.stdout.split())
+    for flag in ("--model", "--gpu", "--gpus-per-node", "--seq-len", "--global-batch", "--profile",
+                 "--grad-dtype", "--usable-fraction", "--attention", "--tp-comm-overlap",
+                 "--intra-gbps", "--inter-gbps"):
+        assert flag in flat, (command, flag)

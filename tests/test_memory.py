@@ -1,6 +1,5 @@
 """Closed-form checks of the memory ledger against the formulas' sources."""
 
-import numpy as np
 import pytest
 
 from autoparallel import Layout, LayoutTable, ModelSpec, estimate, load_model, make_problem

@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from autoparallel import Layout, LayoutTable, ModelSpec, estimate, evaluate, make_problem
+from autoparallel import LayoutTable, ModelSpec, estimate, evaluate, make_problem
 from autoparallel.cost.arch import build_arch
 from autoparallel.rules import Reject, active_rules, check_rules, reasons
 from autoparallel.search.enumerate import divisors, enumerate_layouts

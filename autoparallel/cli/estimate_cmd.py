@@ -12,21 +12,14 @@ from ..errors import SpecError
 from ..evaluate import estimate
 from ..specs.layout import Layout, Recompute
 from . import app
-from .options import (
-    Attention, Fmt, TpOverlap, GlobalBatch, Gpu, Gpus, GpusPerNode, GradDtype, InterBw, IntraBw, Model,
-    ProfileOpt, SeqLen, Usable, problem_from_options,
-)
+from .options import Fmt, ProblemOptions, with_problem_options
 from .render import print_estimate
 
 
 @app.command("estimate")
+@with_problem_options
 def estimate_command(
-    model: Model = None,
-    gpu: Gpu = None,
-    gpus: Gpus = None,
-    gpus_per_node: GpusPerNode = 8,
-    seq_len: SeqLen = None,
-    global_batch: GlobalBatch = None,
+    problem: ProblemOptions,
     dp: Annotated[Optional[int], typer.Option(help="Data-parallel degree (default: derived).", show_default=False)] = None,
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
     pp: Annotated[int, typer.Option(help="Pipeline-parallel degree.")] = 1,
@@ -40,19 +33,12 @@ def estimate_command(
     fmt: Annotated[Fmt, typer.Option("--format", help="table or json.")] = Fmt.table,
     input: Annotated[Optional[str], typer.Option("--input", help="Batch mode: CSV of layouts to score.", show_default=False)] = None,
     output: Annotated[Optional[str], typer.Option("--output", help="Batch mode: CSV to write (default stdout).", show_default=False)] = None,
-    profile: ProfileOpt = None,
-    grad_dtype: GradDtype = "bf16",
-    usable_fraction: Usable = 0.9,
-    attention: Attention = "flash",
-    tp_comm_overlap: TpOverlap = False,
-    intra_gbps: IntraBw = None,
-    inter_gbps: InterBw = None,
 ) -> None:
     """Memory per GPU and time per step of one layout, each as a breakdown."""
     if input is not None:
         from ..batch import read_layouts_csv, score_frame
 
-        scored = score_frame(read_layouts_csv(input), profile=profile)
+        scored = score_frame(read_layouts_csv(input), profile=problem.profile)
         if output:
             scored.to_csv(output, index=False)
             bad = int((scored["error"] != "").sum())
@@ -65,9 +51,7 @@ def estimate_command(
         return
     if fmt == Fmt.csv:
         raise SpecError("`--format csv` is for batch mode (--input); use table or json")
-    problem = problem_from_options(model, gpu, gpus, gpus_per_node, seq_len, global_batch,
-                                   profile, grad_dtype, usable_fraction, attention,
-                                   intra_gbps, inter_gbps, tp_comm_overlap)
+    problem = problem.build()
     try:
         layout = Layout(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, recompute=recompute,
                         sp=sp, micro_batch=micro_batch)

@@ -12,10 +12,7 @@ import typer
 from ..errors import ExportError, InfeasibleError, SpecError
 from ..specs.layout import Layout, Recompute
 from . import app
-from .options import (
-    Attention, GlobalBatch, Gpu, Gpus, GpusPerNode, GradDtype, InterBw, IntraBw, Model,
-    ProfileOpt, SeqLen, Usable, problem_from_options,
-)
+from .options import ProblemOptions, with_problem_options
 
 IntOpt = Annotated[Optional[int], typer.Option(show_default=False)]
 
@@ -70,15 +67,11 @@ def _write(path: str, text: str) -> None:
 
 
 @app.command("export")
+@with_problem_options
 def export_command(
+    problem: ProblemOptions,
     target: Annotated[Optional[str], typer.Option("--target", help="megatron, torchtitan, deepspeed, nanotron or slurm.", show_default=False)] = None,
     output: Annotated[Optional[str], typer.Option("--output", help="File to write (default: stdout).", show_default=False)] = None,
-    model: Model = None,
-    gpu: Gpu = None,
-    gpus: Gpus = None,
-    gpus_per_node: GpusPerNode = 8,
-    seq_len: SeqLen = None,
-    global_batch: GlobalBatch = None,
     rank: Annotated[Optional[int], typer.Option("--rank", help="Export the N-th layout of `autoparallel plan` (1 = fastest).", show_default=False)] = None,
     dp: Annotated[Optional[int], typer.Option(help="Data-parallel degree (default: derived).", show_default=False)] = None,
     tp: Annotated[Optional[int], typer.Option(help="Tensor-parallel degree [1].", show_default=False)] = None,
@@ -92,12 +85,6 @@ def export_command(
     micro_batch: Annotated[Optional[int], typer.Option(help="Sequences per micro-batch [1].", show_default=False)] = None,
     from_csv: Annotated[Optional[str], typer.Option("--from", help="Sweep CSV holding the problem and the layout (with --row).", show_default=False)] = None,
     row: Annotated[Optional[int], typer.Option("--row", help="Data row of the --from CSV, numbered from 1.", show_default=False)] = None,
-    profile: ProfileOpt = None,
-    grad_dtype: GradDtype = "bf16",
-    usable_fraction: Usable = 0.9,
-    attention: Attention = "flash",
-    intra_gbps: IntraBw = None,
-    inter_gbps: InterBw = None,
 ) -> None:
     """Write a launcher file for one layout: --rank N of the plan, layout flags, or --from CSV --row K."""
     from ..exporters import EXPORTERS, get_exporter, render
@@ -109,9 +96,7 @@ def export_command(
              "recompute": recompute, "sp": sp, "micro_batch": micro_batch}
     layout_flags = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None]
     if from_csv is not None:
-        problem_flags = [f for f, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus),
-                                        ("--seq-len", seq_len), ("--global-batch", global_batch),
-                                        ("--rank", rank)) if v is not None]
+        problem_flags = problem.given() + (["--rank"] if rank is not None else [])
         if problem_flags or layout_flags:
             raise SpecError(f"--from takes the problem and the layout from the CSV row; drop "
                             f"{', '.join(problem_flags + layout_flags)}")
@@ -123,9 +108,7 @@ def export_command(
     else:
         if row is not None:
             raise SpecError("--row needs --from sweep.csv")
-        problem = problem_from_options(model, gpu, gpus, gpus_per_node, seq_len, global_batch,
-                                       profile, grad_dtype, usable_fraction, attention,
-                                       intra_gbps, inter_gbps)
+        problem = problem.build()
         if rank is not None and layout_flags:
             raise SpecError(f"give either --rank or layout flags, not both (got --rank and "
                             f"{', '.join(layout_flags)})")

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+from dataclasses import dataclass, fields
 from enum import StrEnum
-from typing import Annotated, Optional
+from typing import Annotated, Optional, get_type_hints
 
 import typer
 
@@ -32,18 +35,69 @@ IntraBw = Annotated[Optional[float], typer.Option("--intra-gbps", help="Override
 InterBw = Annotated[Optional[float], typer.Option("--inter-gbps", help="Override network bandwidth per GPU, GB/s.", show_default=False)]
 
 
-def problem_from_options(model, gpu, gpus, gpus_per_node, seq_len, global_batch, profile=None,
-                         grad_dtype="bf16", usable_fraction=0.9, attention="flash",
-                         intra_gbps=None, inter_gbps=None, tp_comm_overlap=False):
-    """Build a Problem, naming any missing flag in a SpecError."""
-    missing = [flag for flag, v in (("--model", model), ("--gpu", gpu), ("--gpus", gpus),
-                                    ("--seq-len", seq_len), ("--global-batch", global_batch)) if v is None]
-    if missing:
-        raise SpecError(f"missing {', '.join(missing)}: the problem needs a model, a GPU kind, a "
-                        "GPU count, a sequence length and a global batch")
-    return make_problem(
-        model, gpu, gpus, seq_len, global_batch, gpus_per_node=gpus_per_node, profile=profile,
-        grad_dtype=grad_dtype, usable_fraction=usable_fraction, attention=attention,
-        tp_comm_overlap=tp_comm_overlap,
-        intra_gb_per_s=intra_gbps, inter_gb_per_s=inter_gbps,
-    )
+@dataclass(frozen=True)
+class ProblemOptions:
+    """The problem options of a command, as given on the command line."""
+
+    model: Model = None
+    gpu: Gpu = None
+    gpus: Gpus = None
+    gpus_per_node: GpusPerNode = 8
+    seq_len: SeqLen = None
+    global_batch: GlobalBatch = None
+    profile: ProfileOpt = None
+    grad_dtype: GradDtype = "bf16"
+    usable_fraction: Usable = 0.9
+    attention: Attention = "flash"
+    tp_comm_overlap: TpOverlap = False
+    intra_gbps: IntraBw = None
+    inter_gbps: InterBw = None
+
+    def given(self) -> list[str]:
+        """Flags of the problem-defining options that were given."""
+        return [flag for flag, v in self._defining() if v is not None]
+
+    def _defining(self):
+        return (("--model", self.model), ("--gpu", self.gpu), ("--gpus", self.gpus),
+                ("--seq-len", self.seq_len), ("--global-batch", self.global_batch))
+
+    def build(self):
+        """The `Problem`, naming any missing flag in a SpecError."""
+        missing = [flag for flag, v in self._defining() if v is None]
+        if missing:
+            raise SpecError(f"missing {', '.join(missing)}: the problem needs a model, a GPU kind, "
+                            "a GPU count, a sequence length and a global batch")
+        return make_problem(
+            self.model, self.gpu, self.gpus, self.seq_len, self.global_batch,
+            gpus_per_node=self.gpus_per_node, profile=self.profile, grad_dtype=self.grad_dtype,
+            usable_fraction=self.usable_fraction, attention=self.attention,
+            tp_comm_overlap=self.tp_comm_overlap, intra_gb_per_s=self.intra_gbps,
+            inter_gb_per_s=self.inter_gbps,
+        )
+
+
+_HINTS = get_type_hints(ProblemOptions, include_extras=True)
+_PROBLEM_PARAMS = [
+    inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                      annotation=_HINTS[f.name])
+    for f in fields(ProblemOptions)
+]
+
+
+def with_problem_options(command):
+    """Declare every problem option once for many commands: the decorated command takes a
+    `problem: ProblemOptions` parameter, and Typer sees the options in its place."""
+    sig = inspect.signature(command, eval_str=True)
+    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in sig.parameters.values()
+           if p.name != "problem"]
+    names = {p.name for p in _PROBLEM_PARAMS}
+
+    @functools.wraps(command)
+    def wrapper(**kwargs):
+        opts = ProblemOptions(**{k: kwargs.pop(k) for k in names})
+        return command(problem=opts, **kwargs)
+
+    params = _PROBLEM_PARAMS + own
+    wrapper.__signature__ = sig.replace(parameters=params)
+    wrapper.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
+    return wrapper

@@ -17,10 +17,7 @@ from ..search.space import SearchSpace, load_space, parse_int_list
 from ..specs.layout import Recompute
 from . import app
 from .render import make_console
-from .options import (
-    Attention, Fmt, TpOverlap, GlobalBatch, Gpu, Gpus, GpusPerNode, GradDtype, InterBw, IntraBw, Model,
-    ProfileOpt, SeqLen, Usable, problem_from_options,
-)
+from .options import Fmt, ProblemOptions, with_problem_options
 
 AxisOpt = Annotated[Optional[str], typer.Option(help="Comma-separated values to allow.", show_default=False)]
 
@@ -88,13 +85,9 @@ def print_plan(result, console: Console) -> None:
 
 
 @app.command("plan")
+@with_problem_options
 def plan_command(
-    model: Model = None,
-    gpu: Gpu = None,
-    gpus: Gpus = None,
-    gpus_per_node: GpusPerNode = 8,
-    seq_len: SeqLen = None,
-    global_batch: GlobalBatch = None,
+    problem: ProblemOptions,
     top: Annotated[int, typer.Option(help="How many layouts to show.")] = 10,
     fmt: Annotated[Fmt, typer.Option("--format", help="table, json or csv.")] = Fmt.table,
     plot: Annotated[Optional[str], typer.Option(help="Write a PNG of breakdowns and the Pareto cloud.", show_default=False)] = None,
@@ -111,20 +104,11 @@ def plan_command(
     keep: Annotated[int, typer.Option(help="Fitting layouts stored as Optuna trials.")] = 1000,
     storage: Annotated[Optional[str], typer.Option(help="Optuna storage URL (sqlite:///plan.db, postgresql://...).", show_default=False)] = None,
     study: Annotated[Optional[str], typer.Option(help="Optuna study name.", show_default=False)] = None,
-    profile: ProfileOpt = None,
-    grad_dtype: GradDtype = "bf16",
-    usable_fraction: Usable = 0.9,
-    attention: Attention = "flash",
-    tp_comm_overlap: TpOverlap = False,
-    intra_gbps: IntraBw = None,
-    inter_gbps: InterBw = None,
 ) -> None:
     """Rank every layout that fits, fastest first, and explain the winner."""
     if top < 1:
         raise SpecError(f"`--top` = {top}: must be at least 1")
-    problem = problem_from_options(model, gpu, gpus, gpus_per_node, seq_len, global_batch,
-                                   profile, grad_dtype, usable_fraction, attention,
-                                   intra_gbps, inter_gbps, tp_comm_overlap)
+    problem = problem.build()
     sp_space = space_from_options(space, tp, pp, vp, cp, ep, zero, recompute, sp, micro_batch)
     rules = rules_from_options(allow_tp_across_nodes, ep_in_node)
     objectives = [o.strip() for o in objective.split(",")]

@@ -21,10 +21,7 @@ from ..tune.command import CommandTemplate
 from ..tune.pool import SAMPLERS
 from ..tune.runner import DEFAULT_METRIC_REGEX, MetricParser
 from . import app
-from .options import (
-    Attention, Fmt, GlobalBatch, Gpu, Gpus, GpusPerNode, GradDtype, InterBw, IntraBw, Model,
-    ProfileOpt, SeqLen, Usable, problem_from_options,
-)
+from .options import Fmt, ProblemOptions, with_problem_options
 from .plan_cmd import AxisOpt, rules_from_options, space_from_options
 from .render import make_console
 
@@ -76,14 +73,10 @@ def _sigterm_interrupts() -> None:
 
 
 @app.command("tune")
+@with_problem_options
 def tune_command(
+    problem: ProblemOptions,
     measure: Annotated[Optional[str], typer.Option(help="Command that runs a short training job, with placeholders such as {megatron_args}, {tp}, {layout} (see README, Tuning).", show_default=False)] = None,
-    model: Model = None,
-    gpu: Gpu = None,
-    gpus: Gpus = None,
-    gpus_per_node: GpusPerNode = 8,
-    seq_len: SeqLen = None,
-    global_batch: GlobalBatch = None,
     trials: Annotated[int, typer.Option(help="Layouts this invocation measures (shared by its workers).")] = 20,
     storage: Annotated[Optional[str], typer.Option(help="Optuna storage URL (sqlite:///tune.db, postgresql://...); in memory when omitted.", show_default=False)] = None,
     study: Annotated[Optional[str], typer.Option(help="Optuna study name (default derived from the problem).", show_default=False)] = None,
@@ -109,12 +102,6 @@ def tune_command(
     micro_batch: AxisOpt = None,
     allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let TP groups span nodes.")] = False,
     ep_in_node: Annotated[bool, typer.Option(help="Require tp x ep inside one node.")] = False,
-    profile: ProfileOpt = None,
-    grad_dtype: GradDtype = "bf16",
-    usable_fraction: Usable = 0.9,
-    attention: Attention = "flash",
-    intra_gbps: IntraBw = None,
-    inter_gbps: InterBw = None,
 ) -> None:
     """Measure the best predicted layouts with a real command; report measured vs predicted."""
     if measure is None:
@@ -135,9 +122,7 @@ def tune_command(
         raise SpecError(f"`--timeout` = {timeout}: must be positive (seconds)")
     if grace <= heartbeat:
         raise SpecError(f"`--grace` ({grace} s) must exceed `--heartbeat` ({heartbeat} s)")
-    problem = problem_from_options(model, gpu, gpus, gpus_per_node, seq_len, global_batch,
-                                   profile, grad_dtype, usable_fraction, attention,
-                                   intra_gbps, inter_gbps)
+    problem = problem.build()
     sp_space = space_from_options(space, tp, pp, vp, cp, ep, zero, recompute, sp, micro_batch)
     rules = rules_from_options(allow_tp_across_nodes, ep_in_node)
     if workdir:

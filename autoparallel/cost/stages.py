@@ -39,21 +39,14 @@ def micro_batches(global_batch: int, t: LayoutTable) -> np.ndarray:
     return global_batch // np.maximum(t["dp"] * t["mb"], 1)
 
 
-def _held_first(pp, vp, m):
-    # 1F1B: rank 0 holds min(p, m) micro-batches (Megatron schedules.py warm-up p - r - 1, +1).
-    one_f_one_b = np.minimum(pp, m)
-    # Interleaved: 2(p-1) + (v-1)p + 1 chunk-micro-batches of L/(pv) layers (reference §1.5),
-    # capped by the m*v chunks that exist; in units of L/p layers divide by v.
-    chunks = np.minimum(2 * (pp - 1) + (vp - 1) * pp + 1, m * vp)
-    interleaved = chunks / vp
-    held = np.where(vp > 1, interleaved, one_f_one_b)
-    return np.where(pp > 1, held, 1.0).astype(np.float64)
-
-
-def _held_last(pp, vp, m):
-    # Last rank: 1F1B warm-up 0 -> one micro-batch; interleaved warm-up (v-1)p (reference §1.5).
-    chunks = np.minimum((vp - 1) * pp + 1, m * vp)
-    held = np.where(vp > 1, chunks / vp, 1.0)
+def _held(pp, vp, m, rank):
+    """Activation multiplier of pipeline rank `rank` (units of the stage's layers x one
+    micro-batch), from Megatron's warm-up counts (schedules.py::get_pp_rank_microbatches,
+    reference §1.5): 1F1B holds min(m, p - r) micro-batches; interleaved holds
+    2(p - r - 1) + (v - 1)p + 1 chunk-micro-batches of L/(pv) layers, at most the m v that exist."""
+    one_f_one_b = np.minimum(pp - rank, m)
+    chunks = np.minimum(2 * (pp - rank - 1) + (vp - 1) * pp + 1, m * vp)
+    held = np.where(vp > 1, chunks / vp, one_f_one_b)
     return np.where(pp > 1, held, 1.0).astype(np.float64)
 
 
@@ -69,9 +62,9 @@ def stages(arch: Arch, t: LayoutTable, global_batch: int) -> dict[str, Stage]:
     single = pp == 1
     one = np.ones_like(pp)
     zero = np.zeros_like(pp)
-    held_first = _held_first(pp, vp, m)
-    held_last = _held_last(pp, vp, m)
-    held_mid = np.where(pp > 2, (held_first + held_last) / 2, held_first)
+    held_first = _held(pp, vp, m, 0)
+    held_last = _held(pp, vp, m, pp - 1)
+    held_mid = np.where(pp > 2, _held(pp, vp, m, 1), held_first)  # most-loaded middle rank
     return {
         "first": Stage("first", dense_first, per - dense_first, one,
                        np.where(single, one, zero), held_first, held_first),

@@ -112,7 +112,10 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
 
     # output layer + vocab-parallel cross-entropy on the last stage
     V = arch.vocab
-    logits_f = gemm_time(problem, T, V / tp, arch.hidden) + memory_bound_time(problem, 12.0 * T * V / tp)
+    # cross-entropy kernels write and re-read the bf16 logits (2 bytes) and their fp32 copy
+    # (4 bytes, reference §1.3): 2 x (2 + 4) bytes per logit, the layers' elementwise rule
+    ce_bytes = 2.0 * (2.0 + 4.0) * T * V / tp
+    logits_f = gemm_time(problem, T, V / tp, arch.hidden) + memory_bound_time(problem, ce_bytes)
 
     out = {}
     for name, st in stages(arch, t, problem.training.global_batch).items():

@@ -8,7 +8,6 @@ import numpy as np
 
 from ..evaluate import Evaluation
 from ..specs.problem import Problem
-from ..units import GiB
 from .explain import pareto_front
 from .plan import PlanResult, plan
 
@@ -80,7 +79,3 @@ def add_front_to_study(front: Front, storage: str | None, study_name: str | None
     study.add_trials(trials)
     front.study = study
     return study
-
-
-def _gib(x):
-    return float(x) / GiB

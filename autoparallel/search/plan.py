@@ -10,10 +10,8 @@ import numpy as np
 from ..cost.arch import build_arch
 from ..cost.memory import memory_ledger
 from ..evaluate import Evaluation, evaluate
-from ..layouts import LayoutTable
 from ..rules import RULES, Reject, active_rules, check_rules
 from ..specs.problem import Problem
-from ..units import GiB
 from .enumerate import enumerate_layouts
 from .space import SearchSpace
 
@@ -167,18 +165,4 @@ def plan(
     return result
 
 
-def table_with_reasons(problem: Problem, space: SearchSpace | None = None, rules=None):
-    """Every enumerated layout with its reject flags (OOM included) — for `--include-rejected`."""
-    space = space or SearchSpace()
-    arch = build_arch(problem.model)
-    table = enumerate_layouts(problem, space)
-    ev = evaluate(problem, table, rules, arch=arch)
-    return ev
-
-
-def gib(x) -> float:
-    return float(x) / GiB
-
-
-__all__ = ["PlanResult", "plan", "rank_order", "count_rejections", "table_with_reasons",
-           "LayoutTable"]
+__all__ = ["PlanResult", "plan", "rank_order", "count_rejections"]

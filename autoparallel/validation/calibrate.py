@@ -174,16 +174,6 @@ def fit(cases: Sequence[RunCase], base: Profile, knobs: Sequence[str] = DEFAULT_
                residuals=resid, success=bool(sol.success), std=std)
 
 
-def leave_one_source_out(cases: Sequence[RunCase], base: Profile, **kw) -> dict[str, Fit | None]:
-    """For every source: the fit on all other sources (None when no other source has runs, in
-    which case the source is predicted with `base`)."""
-    out: dict[str, Fit | None] = {}
-    for src in sorted({c.source for c in cases}):
-        rest = [c for c in cases if c.source != src]
-        out[src] = fit(rest, base, **kw) if rest else None
-    return out
-
-
 def toml_text(result: Fit, gpus: Sequence[str], runs_path: str, sources: Sequence[str],
               loso: dict | None = None) -> str:
     """The calibrated profile as TOML: `gpu`, a `[profile]` table (every knob, fitted ones

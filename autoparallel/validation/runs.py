@@ -30,7 +30,6 @@ from ..cost.arch import build_arch
 from ..errors import AutoParallelError, SpecError
 from ..evaluate import evaluate
 from ..layouts import LayoutTable
-from ..presets import load_gpu
 from ..problem import make_problem
 from ..rules import Reject, active_rules, reasons
 from ..specs.hardware import Profile
@@ -187,8 +186,3 @@ def load_cases(frame: pd.DataFrame, allow_fp16: bool = False):
             skipped.append((rec.get("row_id"), rec.get("source_key") or "runs",
                             "invalid row: " + str(exc).splitlines()[0][:80]))
     return cases, pd.DataFrame(skipped, columns=["row_id", "source", "reason"])
-
-
-def check_gpu(name: str) -> str:
-    """A GPU preset name, validated (for `calibrate --gpu`)."""
-    return load_gpu(name).name
