@@ -31,6 +31,7 @@ GradDtype = Annotated[str, typer.Option("--grad-dtype", help="bf16 (16 bytes/par
 Usable = Annotated[float, typer.Option("--usable-fraction", help="Share of GPU memory the plan may use.")]
 Attention = Annotated[str, typer.Option("--attention", help="flash (FlashAttention-2 class), cudnn (Transformer Engine cuDNN / FA3), or eager (scores stored).")]
 TpOverlap = Annotated[bool, typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="TP collectives overlapped with GEMMs (Megatron --tp-comm-overlap, TorchTitan async TP).")]
+AxisOpt = Annotated[Optional[str], typer.Option(help="Comma-separated values to allow.", show_default=False)]
 IntraBw = Annotated[Optional[float], typer.Option("--intra-gbps", help="Override scale-up bandwidth per GPU, GB/s.", show_default=False)]
 InterBw = Annotated[Optional[float], typer.Option("--inter-gbps", help="Override network bandwidth per GPU, GB/s.", show_default=False)]
 
@@ -76,28 +77,82 @@ class ProblemOptions:
         )
 
 
-_HINTS = get_type_hints(ProblemOptions, include_extras=True)
-_PROBLEM_PARAMS = [
-    inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
-                      annotation=_HINTS[f.name])
-    for f in fields(ProblemOptions)
-]
+@dataclass(frozen=True)
+class SearchOptions:
+    """Options that narrow the search space and switch rules (plan, tune)."""
+
+    space: Annotated[Optional[str], typer.Option(help="Search-space TOML file.", show_default=False)] = None
+    tp: AxisOpt = None
+    pp: AxisOpt = None
+    vp: AxisOpt = None
+    cp: AxisOpt = None
+    ep: AxisOpt = None
+    zero: AxisOpt = None
+    recompute: Annotated[Optional[str], typer.Option(help="Comma-separated: none,selective,full.", show_default=False)] = None
+    sp: Annotated[Optional[str], typer.Option(help="on, off or both.", show_default=False)] = None
+    micro_batch: AxisOpt = None
+    allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let TP groups span nodes.")] = False
+    ep_in_node: Annotated[bool, typer.Option(help="Require tp x ep inside one node.")] = False
+
+    def search_space(self):
+        """The search space from the file and/or flags (flags narrow the file)."""
+        from ..search.space import SearchSpace, load_space, parse_int_list
+        from ..specs.layout import Recompute
+
+        space = load_space(self.space) if self.space else SearchSpace()
+        rc = None
+        if self.recompute is not None:
+            names = [r.strip() for r in self.recompute.split(",") if r.strip()]
+            if not names or any(r not in {x.value for x in Recompute} for r in names):
+                raise SpecError(f"`--recompute` = {self.recompute!r}: choose from none, selective, full")
+            rc = names
+        sp_values = None
+        if self.sp is not None:
+            sp_values = {"on": [True], "off": [False], "both": [True, False]}.get(self.sp)
+            if sp_values is None:
+                raise SpecError(f"`--sp` = {self.sp!r}: choose on, off or both")
+        ints = {a: parse_int_list(getattr(self, a), "--" + a.replace("_", "-"))
+                for a in ("tp", "pp", "vp", "cp", "ep", "zero", "micro_batch")}
+        return space.narrowed(recompute=rc, sp=sp_values, **ints)
+
+    def rules(self):
+        """The active feasibility rules."""
+        from ..rules import active_rules
+
+        return active_rules(disabled=["tp_in_node"] if self.allow_tp_across_nodes else [],
+                            enabled=["ep_in_node"] if self.ep_in_node else [])
 
 
-def with_problem_options(command):
-    """Declare every problem option once for many commands: the decorated command takes a
-    `problem: ProblemOptions` parameter, and Typer sees the options in its place."""
-    sig = inspect.signature(command, eval_str=True)
-    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in sig.parameters.values()
-           if p.name != "problem"]
-    names = {p.name for p in _PROBLEM_PARAMS}
+def _params_of(cls) -> list[inspect.Parameter]:
+    hints = get_type_hints(cls, include_extras=True)
+    return [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                              annotation=hints[f.name]) for f in fields(cls)]
 
-    @functools.wraps(command)
-    def wrapper(**kwargs):
-        opts = ProblemOptions(**{k: kwargs.pop(k) for k in names})
-        return command(problem=opts, **kwargs)
 
-    params = _PROBLEM_PARAMS + own
-    wrapper.__signature__ = sig.replace(parameters=params)
-    wrapper.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
-    return wrapper
+def with_options(**groups):
+    """Declare option groups once for many commands: `@with_options(problem=ProblemOptions)`
+    gives the command a `problem: ProblemOptions` argument while Typer sees its fields as
+    options in its place."""
+
+    def decorate(command):
+        sig = inspect.signature(command, eval_str=True)
+        own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in sig.parameters.values()
+               if p.name not in groups]
+        injected = {name: _params_of(cls) for name, cls in groups.items()}
+
+        @functools.wraps(command)
+        def wrapper(**kwargs):
+            built = {name: groups[name](**{p.name: kwargs.pop(p.name) for p in params})
+                     for name, params in injected.items()}
+            return command(**built, **kwargs)
+
+        params = [p for ps in injected.values() for p in ps] + own
+        wrapper.__signature__ = sig.replace(parameters=params)
+        wrapper.__annotations__ = {p.name: p.annotation for p in params} | {"return": None}
+        return wrapper
+
+    return decorate
+
+
+with_problem_options = with_options(problem=ProblemOptions)
+"""The problem options alone (estimate, export)."""

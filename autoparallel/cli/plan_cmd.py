@@ -10,45 +10,11 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import InfeasibleError, SpecError
-from ..rules import active_rules
 from ..search.explain import largest_costs, nothing_fits_message, why_first
 from ..search.plan import plan
-from ..search.space import SearchSpace, load_space, parse_int_list
-from ..specs.layout import Recompute
 from . import app
 from .render import make_console
-from .options import Fmt, ProblemOptions, with_problem_options
-
-AxisOpt = Annotated[Optional[str], typer.Option(help="Comma-separated values to allow.", show_default=False)]
-
-
-def space_from_options(space_file, tp, pp, vp, cp, ep, zero, recompute, sp, micro_batch) -> SearchSpace:
-    """Search space from a file and/or flags (flags narrow the file)."""
-    space = load_space(space_file) if space_file else SearchSpace()
-    rc = None
-    if recompute is not None:
-        names = [r.strip() for r in recompute.split(",") if r.strip()]
-        bad = [r for r in names if r not in {x.value for x in Recompute}]
-        if bad or not names:
-            raise SpecError(f"`--recompute` = {recompute!r}: choose from none, selective, full")
-        rc = names
-    sp_values = None
-    if sp is not None:
-        sp_values = {"on": [True], "off": [False], "both": [True, False]}.get(sp)
-        if sp_values is None:
-            raise SpecError(f"`--sp` = {sp!r}: choose on, off or both")
-    return space.narrowed(
-        tp=parse_int_list(tp, "--tp"), pp=parse_int_list(pp, "--pp"), vp=parse_int_list(vp, "--vp"),
-        cp=parse_int_list(cp, "--cp"), ep=parse_int_list(ep, "--ep"),
-        zero=parse_int_list(zero, "--zero"), recompute=rc, sp=sp_values,
-        micro_batch=parse_int_list(micro_batch, "--micro-batch"),
-    )
-
-
-def rules_from_options(allow_tp_across_nodes: bool, ep_in_node: bool):
-    return active_rules(disabled=["tp_in_node"] if allow_tp_across_nodes else [],
-                        enabled=["ep_in_node"] if ep_in_node else [])
-
+from .options import Fmt, ProblemOptions, SearchOptions, with_options
 
 def print_plan(result, console: Console) -> None:
     d = result.problem.describe()
@@ -85,20 +51,13 @@ def print_plan(result, console: Console) -> None:
 
 
 @app.command("plan")
-@with_problem_options
+@with_options(problem=ProblemOptions, search=SearchOptions)
 def plan_command(
     problem: ProblemOptions,
+    search: SearchOptions,
     top: Annotated[int, typer.Option(help="How many layouts to show.")] = 10,
     fmt: Annotated[Fmt, typer.Option("--format", help="table, json or csv.")] = Fmt.table,
     plot: Annotated[Optional[str], typer.Option(help="Write a PNG of breakdowns and the Pareto cloud.", show_default=False)] = None,
-    space: Annotated[Optional[str], typer.Option(help="Search-space TOML file.", show_default=False)] = None,
-    tp: AxisOpt = None, pp: AxisOpt = None, vp: AxisOpt = None, cp: AxisOpt = None,
-    ep: AxisOpt = None, zero: AxisOpt = None,
-    recompute: Annotated[Optional[str], typer.Option(help="Comma-separated: none,selective,full.", show_default=False)] = None,
-    sp: Annotated[Optional[str], typer.Option(help="on, off or both.", show_default=False)] = None,
-    micro_batch: AxisOpt = None,
-    allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let TP groups span nodes.")] = False,
-    ep_in_node: Annotated[bool, typer.Option(help="Require tp x ep inside one node.")] = False,
     objective: Annotated[str, typer.Option(help="time, or a Pareto front: time,memory or time,gpus.")] = "time",
     target: Annotated[Optional[str], typer.Option(help="Keep only layouts this launcher can run (megatron, torchtitan, deepspeed, nanotron, slurm).", show_default=False)] = None,
     keep: Annotated[int, typer.Option(help="Fitting layouts stored as Optuna trials.")] = 1000,
@@ -109,8 +68,8 @@ def plan_command(
     if top < 1:
         raise SpecError(f"`--top` = {top}: must be at least 1")
     problem = problem.build()
-    sp_space = space_from_options(space, tp, pp, vp, cp, ep, zero, recompute, sp, micro_batch)
-    rules = rules_from_options(allow_tp_across_nodes, ep_in_node)
+    sp_space = search.search_space()
+    rules = search.rules()
     objectives = [o.strip() for o in objective.split(",")]
     if objectives not in (["time"], ["time", "memory"], ["time", "gpus"]):
         raise SpecError(f"`--objective` = {objective!r}: use time, time,memory or time,gpus")

@@ -11,7 +11,7 @@ from ..errors import SpecError
 from ..search.space import parse_int_list
 from ..search.sweep import SweepSpec, load_sweep_file, run_sweep
 from . import app
-from .plan_cmd import rules_from_options, space_from_options
+from .options import SearchOptions
 
 
 def _names(text, flag):
@@ -44,7 +44,7 @@ def sweep_command(
     if sweep_file:
         spec, space = load_sweep_file(sweep_file)
     else:
-        spec, space = None, space_from_options(None, *([None] * 9))
+        spec, space = None, SearchOptions().search_space()
     overrides = {
         "model": _names(model, "--model"), "gpu": _names(gpu, "--gpu"),
         "gpus": parse_int_list(gpus, "--gpus"), "seq_len": parse_int_list(seq_len, "--seq-len"),
@@ -63,7 +63,7 @@ def sweep_command(
         from ..errors import format_validation_error
 
         raise SpecError(format_validation_error(exc, "sweep")) from None
-    rules = rules_from_options(allow_tp_across_nodes, False)
+    rules = SearchOptions(allow_tp_across_nodes=allow_tp_across_nodes).rules()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), transient=False) as bar:
         task = bar.add_task("sweep", total=None)

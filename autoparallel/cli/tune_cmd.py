@@ -21,8 +21,7 @@ from ..tune.command import CommandTemplate
 from ..tune.pool import SAMPLERS
 from ..tune.runner import DEFAULT_METRIC_REGEX, MetricParser
 from . import app
-from .options import Fmt, ProblemOptions, with_problem_options
-from .plan_cmd import AxisOpt, rules_from_options, space_from_options
+from .options import Fmt, ProblemOptions, SearchOptions, with_options
 from .render import make_console
 
 
@@ -73,9 +72,10 @@ def _sigterm_interrupts() -> None:
 
 
 @app.command("tune")
-@with_problem_options
+@with_options(problem=ProblemOptions, search=SearchOptions)
 def tune_command(
     problem: ProblemOptions,
+    search: SearchOptions,
     measure: Annotated[Optional[str], typer.Option(help="Command that runs a short training job, with placeholders such as {megatron_args}, {tp}, {layout} (see README, Tuning).", show_default=False)] = None,
     trials: Annotated[int, typer.Option(help="Layouts this invocation measures (shared by its workers).")] = 20,
     storage: Annotated[Optional[str], typer.Option(help="Optuna storage URL (sqlite:///tune.db, postgresql://...); in memory when omitted.", show_default=False)] = None,
@@ -94,14 +94,6 @@ def tune_command(
     calibrate: Annotated[bool, typer.Option(help="Refit a few efficiency knobs to the measurements.")] = False,
     profile_out: Annotated[Optional[str], typer.Option(help="Write the refitted profile TOML here (implies --calibrate).", show_default=False)] = None,
     fmt: Annotated[Fmt, typer.Option("--format", help="table or json.")] = Fmt.table,
-    space: Annotated[Optional[str], typer.Option(help="Search-space TOML file.", show_default=False)] = None,
-    tp: AxisOpt = None, pp: AxisOpt = None, vp: AxisOpt = None, cp: AxisOpt = None,
-    ep: AxisOpt = None, zero: AxisOpt = None,
-    recompute: Annotated[Optional[str], typer.Option(help="Comma-separated: none,selective,full.", show_default=False)] = None,
-    sp: Annotated[Optional[str], typer.Option(help="on, off or both.", show_default=False)] = None,
-    micro_batch: AxisOpt = None,
-    allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let TP groups span nodes.")] = False,
-    ep_in_node: Annotated[bool, typer.Option(help="Require tp x ep inside one node.")] = False,
 ) -> None:
     """Measure the best predicted layouts with a real command; report measured vs predicted."""
     if measure is None:
@@ -123,8 +115,8 @@ def tune_command(
     if grace <= heartbeat:
         raise SpecError(f"`--grace` ({grace} s) must exceed `--heartbeat` ({heartbeat} s)")
     problem = problem.build()
-    sp_space = space_from_options(space, tp, pp, vp, cp, ep, zero, recompute, sp, micro_batch)
-    rules = rules_from_options(allow_tp_across_nodes, ep_in_node)
+    sp_space = search.search_space()
+    rules = search.rules()
     if workdir:
         Path(workdir).mkdir(parents=True, exist_ok=True)
     err = Console(stderr=True, highlight=False)
