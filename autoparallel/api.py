@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from .errors import InfeasibleError, SpecError, format_validation_error
-from .problem import make_problem
+from .problem import LEGACY_NAMES, make_problem
+from .specs.job import JOB_FIELDS
 from .specs.layout import Layout
 from .specs.problem import Problem
 
@@ -36,9 +37,7 @@ if TYPE_CHECKING:  # imported lazily: `import autoparallel` stays light for the 
     from .schema import EstimateOut, PlanOut
     from .search.plan import PlanResult
 
-PROBLEM_OPTIONS = ("gpus_per_node", "profile", "intra_gb_per_s", "inter_gb_per_s",
-                   "intra_latency_us", "inter_latency_us", "grad_dtype", "usable_fraction",
-                   "attention")
+PROBLEM_OPTIONS = ("gpus_per_node",) + JOB_FIELDS + tuple(LEGACY_NAMES)
 """Optional keywords passed to `make_problem` besides model, gpu, gpus, seq_len, global_batch."""
 
 

@@ -13,6 +13,7 @@ from .evaluate import _layout_error, evaluate
 from .layouts import LayoutTable
 from .problem import make_problem
 from .rules import Reject
+from .specs.job import JOB_FIELDS, JobSpec
 from .specs.layout import Layout
 
 INPUT_COLUMNS = (
@@ -20,6 +21,8 @@ INPUT_COLUMNS = (
     "cp", "ep", "zero", "recompute", "sp", "micro_batch",
 )
 PROBLEM_COLUMNS = INPUT_COLUMNS[:6]
+JOB_COLUMNS = JOB_FIELDS
+"""Optional columns: every job setting (`JobSpec`); a blank cell takes the stack's default."""
 _OPTIONAL_DEFAULTS = {"gpus_per_node": 8, "dp": None, "vp": 1, "cp": 1, "ep": 1, "zero": 1,
                       "recompute": "none", "sp": None, "micro_batch": 1}
 _TRUE, _FALSE = {"1", "true", "yes", "on", "t", "y"}, {"0", "false", "no", "off", "f", "n"}
@@ -64,6 +67,32 @@ def _bool(row, col):
     raise SpecError(f"`{col}` = {text!r} is not a boolean (use true/false)")
 
 
+def job_from_row(row) -> dict:
+    """The job settings of a CSV row: each `JobSpec` column present and not blank, typed as its
+    field (booleans true/false, numbers); blank or absent cells are left to the stack."""
+    out = {}
+    for name in JOB_FIELDS:
+        if name not in (row.index if hasattr(row, "index") else row):
+            continue
+        value = row[name]
+        if value is None or (isinstance(value, float) and np.isnan(value)) or not str(value).strip():
+            continue
+        text = str(value).strip()
+        kind = str(JobSpec.model_fields[name].annotation)
+        if "bool" in kind:
+            if text.lower() not in _TRUE | _FALSE:
+                raise SpecError(f"`{name}` = {text!r} is not a boolean (use true/false)")
+            out[name] = text.lower() in _TRUE
+        elif "float" in kind:
+            try:
+                out[name] = float(text)
+            except ValueError:
+                raise SpecError(f"`{name}` = {text!r} is not a number") from None
+        else:
+            out[name] = text
+    return out
+
+
 def read_layouts_csv(path: str | Path) -> pd.DataFrame:
     """Read the batch input, checking the required columns are present."""
     try:
@@ -86,13 +115,16 @@ def read_layouts_csv(path: str | Path) -> pd.DataFrame:
 
 
 def score_frame(frame: pd.DataFrame, profile: str | None = None) -> pd.DataFrame:
-    """Score every row; returns the input columns plus ledger columns and `error`."""
+    """Score every row; returns the input columns plus ledger columns and `error`. Rows with the
+    same problem and job settings are evaluated together (one vectorised call)."""
     parsed: list[tuple | None] = []
     errors: list[str] = [""] * len(frame)
     for i, (_, row) in enumerate(frame.iterrows()):
         try:
+            job = job_from_row(row)
             key = (_text(row, "model"), _text(row, "gpu"), _int(row, "n_gpus"),
-                   _int(row, "gpus_per_node"), _int(row, "seq_len"), _int(row, "global_batch"))
+                   _int(row, "gpus_per_node"), _int(row, "seq_len"), _int(row, "global_batch"),
+                   tuple(sorted(job.items())))
             rc = _text(row, "recompute")
             zero = _int(row, "zero")
             layout = Layout(
@@ -113,9 +145,12 @@ def score_frame(frame: pd.DataFrame, profile: str | None = None) -> pd.DataFrame
 
     results: dict[int, dict] = {}
     for key, rows in groups.items():
-        model, gpu, n_gpus, gpn, seq, gbs = key
+        model, gpu, n_gpus, gpn, seq, gbs, job = key
+        job = dict(job)
+        if profile is not None and "profile" not in job:
+            job["profile"] = profile
         try:
-            problem = make_problem(model, gpu, n_gpus, seq, gbs, gpus_per_node=gpn, profile=profile)
+            problem = make_problem(model, gpu, n_gpus, seq, gbs, gpus_per_node=gpn, **job)
         except AutoParallelError as exc:
             for i in rows:
                 errors[i] = f"row {i + 1}: {str(exc).splitlines()[0]}"

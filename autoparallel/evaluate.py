@@ -89,6 +89,8 @@ class Evaluation:
             "mfu": float(self.mfu[i]),
             "tokens_per_s_per_gpu": float(self.tokens_per_s_per_gpu[i]),
             "model_flops_per_step": float(self.model_flops_per_step),
+            "job": self.problem.job.model_dump(),
+            "profile_basis": self.problem.profile_basis,
         }
 
     def columns(self) -> dict[str, np.ndarray]:

@@ -1,14 +1,23 @@
-"""Build a `Problem` from preset names or files plus plain numbers, with readable errors."""
+"""Build a `Problem` from preset names or files plus plain numbers, with readable errors.
+
+The job settings are the fields of `specs.job.JobSpec` (one declaration); a setting left at None
+takes the stack's default, and the efficiency profile is resolved per (stack, GPU)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from .errors import SpecError, format_validation_error
-from .presets import load_gpu, load_model, load_profile
+from .presets import load_gpu, load_model, load_profile, load_stack
 from .specs import ClusterSpec, GPUSpec, ModelSpec, Problem, Profile, TrainingSpec
+from .specs.job import JOB_FIELDS, JobSpec, job_flag
+from .specs.precision import RECIPES, supported, supported_names
+from .specs.stack import STACK_KNOBS, StackSpec
+
+LEGACY_NAMES = {"intra_gb_per_s": "intra_gbps", "inter_gb_per_s": "inter_gbps"}
+"""Older keyword names still accepted by `make_problem`."""
 
 
 def make_problem(
@@ -19,48 +28,138 @@ def make_problem(
     global_batch: int,
     *,
     gpus_per_node: int = 8,
-    profile: str | Path | Profile | None = None,
-    intra_gb_per_s: float | None = None,
-    inter_gb_per_s: float | None = None,
-    intra_latency_us: float | None = None,
-    inter_latency_us: float | None = None,
-    grad_dtype: str = "bf16",
-    usable_fraction: float = 0.9,
-    attention: str = "flash",
-    tp_comm_overlap: bool = False,
+    **job: Any,
 ) -> Problem:
-    """A `Problem` from a model and GPU (preset name, file or spec) and the job's numbers.
+    """A `Problem` from a model and GPU (preset name, file or spec), the job's numbers and its
+    settings (`JobSpec` fields: stack, precision, grad_dtype, attention, tp_comm_overlap, ...;
+    `profile` may also be a `Profile`).
 
     Example:
         >>> p = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512)
-        >>> p.cluster.gpu.bf16_tflops
-        989.0
+        >>> p.cluster.gpu.bf16_tflops, p.job.stack, p.training.tp_comm_overlap
+        (989.0, 'megatron-core', True)
 
     Raises:
-        SpecError: an unknown preset, a missing file or an invalid value, with the field named.
+        SpecError: an unknown preset or keyword, a missing file, an invalid value, or a
+            precision the GPU or the stack cannot run, with the field named.
     """
+    job = {LEGACY_NAMES.get(k, k): v for k, v in job.items()}
+    unknown = sorted(set(job) - set(JOB_FIELDS))
+    if unknown:
+        raise SpecError(f"unknown job setting(s) {', '.join(unknown)}; known: "
+                        f"gpus_per_node, {', '.join(JOB_FIELDS)}")
+    profile_obj = job.pop("profile", None)
+    profile_ref = None if isinstance(profile_obj, Profile) or profile_obj is None else str(profile_obj)
+    stack_obj = job.get("stack")
+    if isinstance(stack_obj, StackSpec):
+        job["stack"] = stack_obj.name
+    try:
+        given = JobSpec(**job, profile=profile_ref)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, "job")) from None
     model_spec = load_model(model)
     gpu_spec = load_gpu(gpu)
+    stack = stack_obj if isinstance(stack_obj, StackSpec) else load_stack(given.stack)
+    _check_precision(gpu_spec, stack, given.precision)
+    resolved = given.model_copy(update={
+        "stack": stack.name,
+        "grad_dtype": given.grad_dtype or stack.grad_dtype,
+        "grad_reduce_dtype": given.grad_reduce_dtype or stack.grad_reduce_dtype,
+        "attention": given.attention or stack.attention_for(gpu_spec.generation),
+        "tp_comm_overlap": (stack.tp_comm_overlap if given.tp_comm_overlap is None
+                            else given.tp_comm_overlap),
+    })
     try:
         cluster = ClusterSpec(
             gpu=gpu_spec, n_gpus=n_gpus, gpus_per_node=gpus_per_node,
-            intra_gb_per_s=intra_gb_per_s, inter_gb_per_s=inter_gb_per_s,
-            intra_latency_us=intra_latency_us, inter_latency_us=inter_latency_us,
+            intra_gb_per_s=resolved.intra_gbps, inter_gb_per_s=resolved.inter_gbps,
+            intra_latency_us=resolved.intra_latency_us, inter_latency_us=resolved.inter_latency_us,
         )
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, "cluster")) from None
     try:
         training = TrainingSpec(
-            seq_len=seq_len, global_batch=global_batch, grad_dtype=grad_dtype,
-            usable_fraction=usable_fraction, attention=attention,
-            tp_comm_overlap=tp_comm_overlap,
+            seq_len=seq_len, global_batch=global_batch, grad_dtype=resolved.grad_dtype,
+            usable_fraction=resolved.usable_fraction, attention=resolved.attention,
+            tp_comm_overlap=resolved.tp_comm_overlap, precision=resolved.precision,
+            stack=stack.name, grad_reduce_dtype=resolved.grad_reduce_dtype,
         )
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, "training")) from None
-    if profile is None:
-        prof = gpu_spec.default_profile()
-    elif isinstance(profile, Profile):
-        prof = profile
-    else:
-        prof = load_profile(profile, base=gpu_spec.default_profile())
-    return Problem(model=model_spec, cluster=cluster, training=training, profile=prof)
+    prof, basis = stack_profile(stack, gpu_spec)
+    if isinstance(profile_obj, Profile):
+        prof, basis = profile_obj, "a Profile given by the caller"
+    elif profile_ref is not None:
+        prof = load_profile(profile_ref, base=prof)
+        basis = f"{profile_ref} over {basis}"
+    return Problem(model=model_spec, cluster=cluster, training=training, profile=prof,
+                   stack=stack, job=resolved, profile_basis=basis)
+
+
+def _check_precision(gpu: GPUSpec, stack: StackSpec, precision: str) -> None:
+    if not supported(gpu, precision):
+        raise SpecError(
+            f"`{job_flag('precision')}` = {precision!r}: {gpu.name} cannot run it (needs "
+            f"{RECIPES[precision].needs}); {gpu.name} runs {', '.join(supported_names(gpu))}")
+    if precision not in stack.precisions:
+        raise SpecError(
+            f"`{job_flag('precision')}` = {precision!r}: stack {stack.name!r} does not implement it; "
+            f"it runs {', '.join(stack.precisions)} (or choose another --stack)")
+
+
+def _nearest_fit(stack: StackSpec, gpu: GPUSpec) -> str | None:
+    """The GPU preset of the stack's fitted profiles nearest to `gpu`: the same preset, else one
+    of the same generation, else the newest other one (most runs are on Hopper)."""
+    if gpu.name in stack.profile:
+        return gpu.name
+    if not stack.profile:
+        return None
+    from .presets import load_gpu as _load
+
+    same = [g for g in stack.profile if _load(g).generation == gpu.generation]
+    if same:
+        return sorted(same)[0]
+    order = ("hopper", "blackwell", "ampere", "cdna3", "volta", "other")
+    return sorted(stack.profile, key=lambda g: (order.index(_load(g).generation), g))[0]
+
+
+def stack_profile(stack: StackSpec, gpu: GPUSpec) -> tuple[Profile, str]:
+    """The efficiency profile of `stack` on `gpu` and a sentence saying where it comes from.
+
+    The GPU preset's profile (hardware knobs; literature or fitted across stacks) is overlaid
+    with the stack's knobs fitted on this GPU; where the stack has no runs on this GPU, its knobs
+    fitted on the nearest GPU are used: they are fractions of peak and per-step overheads, so
+    they carry over with the new GPU's peaks (GEMMs, attention and bandwidth scale with it)."""
+    base = gpu.default_profile()
+    near = _nearest_fit(stack, gpu)
+    if near is None:
+        return base, f"{gpu.name} preset (no {stack.name} fit on any GPU)"
+    knobs = {k: v for k, v in stack.profile[near].items() if k in STACK_KNOBS}
+    prof = base.model_copy(update=knobs)
+    if near == gpu.name:
+        return prof, f"{stack.name} fitted on {gpu.name}"
+    return prof, (f"{stack.name} fitted on {near} (nearest GPU with {stack.name} runs), as "
+                  f"fractions of the {gpu.name} peaks")
+
+
+def with_gpu_count(problem: Problem, n_gpus: int) -> Problem:
+    """The same problem (model, GPU, job, stack, profile) on `n_gpus` GPUs; nodes smaller than
+    `gpus_per_node` when `n_gpus` is."""
+    c = problem.cluster
+    gpn = min(c.gpus_per_node, n_gpus)
+    try:
+        cluster = c.model_copy(update={"n_gpus": n_gpus, "gpus_per_node": gpn})
+        cluster = ClusterSpec.model_validate(cluster.model_dump())
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, "cluster")) from None
+    return problem.model_copy(update={"cluster": cluster})
+
+
+def problem_from_row(model, gpu, n_gpus, seq_len, global_batch, gpus_per_node, job: dict,
+                     ) -> Problem:
+    """`make_problem` with the job settings of a CSV row (blank cells dropped = defaults)."""
+    return make_problem(model, gpu, n_gpus, seq_len, global_batch, gpus_per_node=gpus_per_node,
+                        **{k: v for k, v in job.items() if v is not None})
+
+
+__all__ = ["make_problem", "problem_from_row", "stack_profile", "with_gpu_count"]

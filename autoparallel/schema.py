@@ -3,14 +3,18 @@ models that mirror them). `SCHEMA_VERSION` changes whenever an output schema cha
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, create_model
 
 from .errors import SpecError
 from .specs import GPUSpec, Layout, ModelSpec, Profile
+from .specs.job import JobSpec
+from .specs.stack import StackSpec
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 """Version of the output schemas (`estimate`, `plan`). Version 2: field descriptions with units
-and a typed `problem` object in the plan output. `tests/golden/schema/v<N>.json` freezes each
+and a typed `problem` object in the plan output. Version 3: the job settings (`JobSpec`: stack,
+precision, dtypes, overlaps, overrides) in the estimate's `job` object and the plan's `problem`,
+and `profile_basis`. `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 
 
@@ -119,6 +123,11 @@ class EstimateOut(_Out):
     """Training throughput, tokens per second per GPU."""
     model_flops_per_step: float
     """Model FLOPs of one optimizer step (no recompute), FLOP."""
+    job: JobSpec
+    """Every job setting as the cost model used it (the stack's defaults filled in)."""
+    profile_basis: str
+    """Where the efficiency profile comes from (the stack's fit on this GPU, the nearest GPU's,
+    the GPU preset's, a profile file)."""
 
 
 class RankedOut(EstimateOut):
@@ -128,7 +137,7 @@ class RankedOut(EstimateOut):
     """1 = fastest."""
 
 
-class ProblemOut(_Out):
+class _ProblemOut(_Out):
     """The planned problem."""
 
     model: str
@@ -143,6 +152,12 @@ class ProblemOut(_Out):
     """Tokens per sequence."""
     global_batch: int
     """Sequences per optimizer step."""
+
+
+ProblemOut = create_model(
+    "ProblemOut", __base__=_ProblemOut, __doc__="The planned problem and every job setting.",
+    **{name: (field.annotation, field) for name, field in JobSpec.model_fields.items()},
+)
 
 
 class PlanOut(_Out):
@@ -166,12 +181,12 @@ class PlanOut(_Out):
 
 _SCHEMAS = {
     "estimate": EstimateOut, "plan": PlanOut, "model": ModelSpec, "gpu": GPUSpec,
-    "profile": Profile, "layout": Layout,
+    "profile": Profile, "layout": Layout, "stack": StackSpec, "job": JobSpec,
 }
 
 
 def schema_for(what: str) -> dict:
-    """JSON Schema of `what` (estimate, plan, model, gpu, profile, layout)."""
+    """JSON Schema of `what` (estimate, plan, model, gpu, profile, layout, stack, job)."""
     if what not in _SCHEMAS:
         raise SpecError(f"`schema` {what!r} unknown; choose one of {', '.join(_SCHEMAS)}")
     schema = _SCHEMAS[what].model_json_schema()

@@ -19,17 +19,18 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from autoparallel.data import PUBLISHED_RUNS  # noqa: E402
 from autoparallel.validation.loso import loso_predictions  # noqa: E402
 from autoparallel.validation.report import summary, worst  # noqa: E402
 from autoparallel.validation.runs import load_cases, read_runs  # noqa: E402
 
-DEFAULT_RUNS = Path(__file__).resolve().parents[2] / "shared" / "data" / "published_runs.csv"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", default=str(DEFAULT_RUNS if DEFAULT_RUNS.exists() else "/work/shared/data/published_runs.csv"))
-    ap.add_argument("--gpus", default="h100,a100-80gb,a100-40gb")
+    ap.add_argument("--runs", default=str(PUBLISHED_RUNS), help="runs CSV (default: the shipped one)")
+    ap.add_argument("--gpus", default="h100,h200,h800,a100-80gb,a100-40gb,b200,gb200",
+                    help="GPU presets whose runs are validated")
     ap.add_argument("--output", default=None, help="write the held-out predictions to this CSV")
     args = ap.parse_args()
     pd.set_option("display.width", 220)
@@ -56,6 +57,10 @@ def main() -> None:
     for grp, frame in held.groupby("group"):
         show(frame, f"== {grp}: leave-one-source-out step-time error per source")
     show(held, "== all groups, by GPU", by="group")
+    show(held, "== all groups, by stack", by="stack")
+    show(held, "== all groups, by precision", by="precision")
+    show(held, "== how each held-out prediction was made (stack fit / GPU fit / reference)",
+         by="heldout_fit")
     print("== worst ten held-out rows")
     print(worst(held, 10).to_string(index=False), "\n")
     print("== knobs fitted per held-out source (fit on the others)")

@@ -13,7 +13,8 @@ SEED_MODEL = str(DATA / "seed-70b.toml")
 @pytest.fixture
 def seed_problem():
     """The seed's 70B example: 64 x 80 GB, seq 8192 (global batch chosen so m >= pp)."""
-    return make_problem(SEED_MODEL, "h100", 64, seq_len=8192, global_batch=512)
+    # the seed keeps bf16 gradients: 2 + 2 + 12 = 16 bytes/parameter (its ledger.py)
+    return make_problem(SEED_MODEL, "h100", 64, seq_len=8192, global_batch=512, grad_dtype="bf16")
 
 
 def run_cli(*args, input_text=None, cwd=None):

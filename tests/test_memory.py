@@ -120,7 +120,7 @@ def test_moe_parameter_counts_match_published():
 
 def test_expert_parallel_shards_expert_states():
     m = load_model("mixtral-8x7b")
-    p = make_problem(m, "h100", 64, 4096, 256)
+    p = make_problem(m, "h100", 64, 4096, 256, grad_dtype="bf16")  # 16 bytes/param
     e1 = estimate(p, Layout(tp=2, pp=1, ep=1, zero=0))["memory_gib"]
     e8 = estimate(p, Layout(tp=2, pp=1, ep=8, zero=0))["memory_gib"]
     a = build_arch(m)

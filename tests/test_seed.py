@@ -29,7 +29,7 @@ def test_seed_exercise_1():
     model = ModelSpec(name="ex1", n_layers=32, hidden_size=4096, n_heads=32,
                       ffn_hidden_size=16384, vocab_size=128256, activation="gelu", dropout=True,
                       n_params=8e9)
-    p = make_problem(model, "h100", 8, seq_len=4096, global_batch=64)
+    p = make_problem(model, "h100", 8, seq_len=4096, global_batch=64, grad_dtype="bf16")
     r = estimate(p, Layout(zero=2, micro_batch=2))
     assert f"{r['memory_gib']['model_states']:.1f}" == "27.9"
     assert f"{r['memory_gib']['activations']:.1f}" == "34.0"

@@ -27,13 +27,27 @@ def test_subset_rows_used_and_skipped_with_reasons(loaded):
     cases, skipped = loaded
     assert sorted(c.row_id for c in cases) == [
         "GT0059", "GT0061", "GT0065", "GT0296", "GT0330", "GT0357", "GT0400", "GT0435",
-        "GT0470", "GT0524", "GT0535", "GT0733"]
+        "GT0470", "GT0524", "GT0535", "GT0733", "GT0806"]
     reasons = dict(zip(skipped["row_id"], skipped["reason"]))
     assert reasons == {
         "GT0070": "incomplete layout (tp/pp not stated)",
-        "GT0806": "precision not BF16 (FP8/FP4)",
         "GT0830": "unknown GPU (B300/GB300: no preset)",
     }
+
+
+def test_rows_mapped_to_stacks_and_precisions(loaded):
+    # the `framework` column picks the stack preset, the `precision` column the recipe
+    cases, _ = loaded
+    got = {c.row_id: (c.stack, c.precision) for c in cases}
+    assert got["GT0059"] == ("megatron-legacy", "bf16")  # Megatron-DeepSpeed (BLOOM)
+    assert got["GT0061"] == ("megatron-core", "bf16")  # Megatron-Core r0.8.0
+    assert got["GT0296"] == ("fsdp", "bf16")  # Composer/llm-foundry
+    assert got["GT0524"] == ("nanotron", "bf16")
+    assert got["GT0733"] == ("torchtitan", "bf16")  # NeMo AutoModel (FSDP2/DTensor)
+    assert got["GT0806"] == ("megatron-core", "fp8")  # Megatron-Bridge, FP8-CS
+    # what a row states overrides its stack: llm-foundry PURE bf16 reduces in bf16
+    assert _case(cases, "GT0435").job["grad_reduce_dtype"] == "bf16"
+    assert "stack fsdp (from the framework)" in _case(cases, "GT0296").assumptions
 
 
 def test_layouts_derived_from_what_the_rows_say(loaded):
@@ -95,7 +109,7 @@ def test_report_is_deterministic_and_consistent(loaded):
     err = a["predicted_step_s"] / a["measured_step_s"] - 1
     np.testing.assert_allclose(a["step_err"], err, rtol=1e-12)
     summ = summary(a, skipped).set_index("source")
-    assert summ.loc["ALL", "used"] == 12 and summ.loc["ALL", "skipped"] == 3
+    assert summ.loc["ALL", "used"] == 13 and summ.loc["ALL", "skipped"] == 2
     assert summ.loc["ALL", "median_abs_err"] == pytest.approx(np.median(np.abs(err)), rel=1e-12)
     assert summ.loc["ALL", "p90_abs_err"] == pytest.approx(np.percentile(np.abs(err), 90), rel=1e-12)
     assert summ.loc["nanotron_playbook_2025", "mem_rows"] == 2
@@ -107,7 +121,7 @@ def test_validate_cli_report_csv_and_plot(tmp_path):
     out, png = tmp_path / "report.csv", tmp_path / "validation.png"
     r = run_cli("validate", "--runs", SUBSET, "--output", out, "--plot", png)
     assert r.returncode == 0, r.stderr
-    assert "12 used, 3 skipped" in r.stdout
+    assert "13 used, 2 skipped" in r.stdout
     for needle in ("median |err|", "p90 |err|", "bias", "worst ten rows", "unknown GPU (B300/GB300: no preset)",
                    "micro-batch not stated: 1"):
         assert needle in r.stdout
@@ -119,9 +133,9 @@ def test_validate_cli_report_csv_and_plot(tmp_path):
 
 def test_validate_with_a_profile_file_for_one_gpu(tmp_path):
     prof = tmp_path / "h100.toml"
-    # half the shipped H100 GEMM and attention efficiencies (0.64, 0.184, 0.6 cuDNN)
+    # about half the H100 GEMM (BF16 and FP8) and attention efficiencies of any stack
     prof.write_text('gpu = "h100"\n[profile]\ngemm_efficiency = 0.32\nattention_efficiency = 0.092\n'
-                    'cudnn_attention_efficiency = 0.3\n')
+                    'cudnn_attention_efficiency = 0.3\nfp8_gemm_efficiency = 0.3\n')
     base, slow = tmp_path / "a.csv", tmp_path / "b.csv"
     assert run_cli("validate", "--runs", SUBSET, "--output", base).returncode == 0
     r = run_cli("validate", "--runs", SUBSET, "--output", slow, "--profile", prof)
@@ -144,7 +158,7 @@ def test_bad_rows_are_skipped_with_a_reason(tmp_path):
     assert reasons["GT0400"] == "non-numeric `num_gpus`"
     assert reasons["GT0470"] == "unknown GPU (TPU)"
     assert reasons["GT0357"] == "non-numeric or non-positive `tokens_per_s_per_gpu`"
-    assert len(cases) == 9
+    assert len(cases) == 10
     r = run_cli("validate", "--runs", path)
     assert r.returncode == 0 and "Traceback" not in r.stderr
 
@@ -170,10 +184,10 @@ def test_missing_runs_file_exit_2(tmp_path):
 
 def test_a_file_with_no_usable_row_reports_and_cannot_plot(tmp_path):
     frame = pd.read_csv(SUBSET, dtype=str, keep_default_na=False)
-    path = tmp_path / "fp8.csv"
-    frame[frame["row_id"] == "GT0806"].to_csv(path, index=False)
+    path = tmp_path / "b300.csv"
+    frame[frame["row_id"] == "GT0830"].to_csv(path, index=False)
     r = run_cli("validate", "--runs", path)
     assert r.returncode == 0, r.stderr
-    assert "0 used, 1 skipped" in r.stdout and "precision not BF16 (FP8/FP4)" in r.stdout
+    assert "0 used, 1 skipped" in r.stdout and "unknown GPU (B300/GB300: no preset)" in r.stdout
     r = run_cli("validate", "--runs", path, "--plot", tmp_path / "p.png")
     assert r.returncode == 2 and "no usable runs to plot" in r.stderr

@@ -10,20 +10,21 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ..presets import list_gpus, list_models, load_gpu, load_model
+from ..presets import list_gpus, list_models, list_stacks, load_gpu, load_model, load_stack
 from . import app
 
 
 class PresetKind(StrEnum):
     models = "models"
     gpus = "gpus"
+    stacks = "stacks"
 
 
 @app.command("presets")
 def presets_command(
-    kind: Annotated[PresetKind, typer.Argument(help="models or gpus")] = PresetKind.models,
+    kind: Annotated[PresetKind, typer.Argument(help="models, gpus or stacks")] = PresetKind.models,
 ) -> None:
-    """List the built-in model or GPU presets."""
+    """List the built-in model, GPU or software-stack presets."""
     from ..cost.arch import build_arch
 
     console = Console()
@@ -35,11 +36,20 @@ def presets_command(
             table.add_row(name, str(m.n_layers), str(m.hidden_size), f"{m.n_heads}/{m.kv_heads}",
                           str(m.ffn_hidden_size), str(m.vocab_size), f"{a.n_params / 1e9:.1f}",
                           f"{a.n_params_active / 1e9:.1f}")
+    elif kind == PresetKind.stacks:
+        table = Table("name", "attention", "TP overlap", "grads", "precisions", "fitted on")
+        for name in list_stacks():
+            st = load_stack(name)
+            attn = ", ".join(f"{g} {k}" for g, k in st.attention.items())
+            table.add_row(name, attn, "on" if st.tp_comm_overlap else "off",
+                          f"{st.grad_dtype} (reduce {st.grad_reduce_dtype})",
+                          ", ".join(st.precisions), ", ".join(sorted(st.profile)) or "-")
     else:
-        table = Table("name", "BF16 TFLOP/s", "HBM GiB", "HBM TB/s", "scale-up GB/s", "domain", "NIC Gb/s")
+        table = Table("name", "BF16 TFLOP/s", "FP8", "FP4", "HBM GiB", "HBM TB/s", "scale-up GB/s", "domain", "NIC Gb/s")
         for name in list_gpus():
             g = load_gpu(name)
-            table.add_row(name, f"{g.bf16_tflops:g}", f"{g.hbm_gib:g}", f"{g.hbm_tb_per_s:g}",
+            table.add_row(name, f"{g.bf16_tflops:g}", f"{g.fp8_tflops or 0:g}" if g.fp8_tflops else "-",
+                          f"{g.fp4_tflops:g}" if g.fp4_tflops else "-", f"{g.hbm_gib:g}", f"{g.hbm_tb_per_s:g}",
                           f"{g.scaleup_gb_per_s:g}", str(g.scaleup_domain), f"{g.nic_gbit_per_s:g}")
     console.print(table)
 

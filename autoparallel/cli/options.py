@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, make_dataclass
 from enum import StrEnum
 from typing import Annotated, Optional, get_type_hints
 
@@ -12,6 +12,7 @@ import typer
 
 from ..errors import SpecError
 from ..problem import make_problem
+from ..specs.job import JOB_FIELDS, JobSpec
 
 
 class Fmt(StrEnum):
@@ -26,33 +27,28 @@ Gpus = Annotated[Optional[int], typer.Option("--gpus", help="Number of GPUs.", s
 GpusPerNode = Annotated[int, typer.Option("--gpus-per-node", help="GPUs per node.")]
 SeqLen = Annotated[Optional[int], typer.Option("--seq-len", help="Tokens per sequence.", show_default=False)]
 GlobalBatch = Annotated[Optional[int], typer.Option("--global-batch", help="Sequences per optimizer step.", show_default=False)]
-ProfileOpt = Annotated[Optional[str], typer.Option("--profile", help="Efficiency profile TOML (e.g. from `autoparallel calibrate`).", show_default=False)]
-GradDtype = Annotated[str, typer.Option("--grad-dtype", help="bf16 (16 bytes/param) or fp32 (Megatron, 18 bytes/param).")]
-Usable = Annotated[float, typer.Option("--usable-fraction", help="Share of GPU memory the plan may use.")]
-Attention = Annotated[str, typer.Option("--attention", help="flash (FlashAttention-2 class), cudnn (Transformer Engine cuDNN / FA3), or eager (scores stored).")]
-TpOverlap = Annotated[bool, typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="TP collectives overlapped with GEMMs (Megatron --tp-comm-overlap, TorchTitan async TP).")]
 AxisOpt = Annotated[Optional[str], typer.Option(help="Comma-separated values to allow.", show_default=False)]
-IntraBw = Annotated[Optional[float], typer.Option("--intra-gbps", help="Override scale-up bandwidth per GPU, GB/s.", show_default=False)]
-InterBw = Annotated[Optional[float], typer.Option("--inter-gbps", help="Override network bandwidth per GPU, GB/s.", show_default=False)]
 
 
-@dataclass(frozen=True)
-class ProblemOptions:
-    """The problem options of a command, as given on the command line."""
+def _job_option(name: str):
+    """The Typer annotation of one `JobSpec` field (flag, help and type from its declaration)."""
+    field = JobSpec.model_fields[name]
+    flag = field.json_schema_extra["cli"]
+    default = field.default
+    hint = f" [default: {default}]" if default is not None else ""
+    help_text = (field.description or "").split("\n")[0] + hint
+    kind = field.annotation
+    if kind in (bool, Optional[bool]):
+        typ = Optional[bool]
+    elif kind in (float, Optional[float]) or "float" in str(kind).lower():
+        typ = Optional[float]
+    else:
+        typ = Optional[str]
+    return Annotated[typ, typer.Option(flag, help=help_text, show_default=False)]
 
-    model: Model = None
-    gpu: Gpu = None
-    gpus: Gpus = None
-    gpus_per_node: GpusPerNode = 8
-    seq_len: SeqLen = None
-    global_batch: GlobalBatch = None
-    profile: ProfileOpt = None
-    grad_dtype: GradDtype = "bf16"
-    usable_fraction: Usable = 0.9
-    attention: Attention = "flash"
-    tp_comm_overlap: TpOverlap = False
-    intra_gbps: IntraBw = None
-    inter_gbps: InterBw = None
+
+class _ProblemBase:
+    """Behaviour of the generated `ProblemOptions` dataclass."""
 
     def given(self) -> list[str]:
         """Flags of the problem-defining options that were given."""
@@ -62,19 +58,45 @@ class ProblemOptions:
         return (("--model", self.model), ("--gpu", self.gpu), ("--gpus", self.gpus),
                 ("--seq-len", self.seq_len), ("--global-batch", self.global_batch))
 
+    def job(self) -> dict:
+        """The job settings that were given (JobSpec field -> value)."""
+        return {k: getattr(self, k) for k in JOB_FIELDS if getattr(self, k) is not None}
+
     def build(self):
         """The `Problem`, naming any missing flag in a SpecError."""
         missing = [flag for flag, v in self._defining() if v is None]
         if missing:
             raise SpecError(f"missing {', '.join(missing)}: the problem needs a model, a GPU kind, "
                             "a GPU count, a sequence length and a global batch")
-        return make_problem(
-            self.model, self.gpu, self.gpus, self.seq_len, self.global_batch,
-            gpus_per_node=self.gpus_per_node, profile=self.profile, grad_dtype=self.grad_dtype,
-            usable_fraction=self.usable_fraction, attention=self.attention,
-            tp_comm_overlap=self.tp_comm_overlap, intra_gb_per_s=self.intra_gbps,
-            inter_gb_per_s=self.inter_gbps,
-        )
+        return make_problem(self.model, self.gpu, self.gpus, self.seq_len, self.global_batch,
+                            gpus_per_node=self.gpus_per_node, **self.job())
+
+
+ProblemOptions = make_dataclass(
+    "ProblemOptions",
+    [("model", Model, None), ("gpu", Gpu, None), ("gpus", Gpus, None),
+     ("gpus_per_node", GpusPerNode, 8), ("seq_len", SeqLen, None),
+     ("global_batch", GlobalBatch, None)]
+    + [(name, _job_option(name), None) for name in JOB_FIELDS],
+    bases=(_ProblemBase,), frozen=True,
+)
+ProblemOptions.__module__ = __name__
+
+
+class _JobBase:
+    def job(self) -> dict:
+        """The job settings that were given (JobSpec field -> value)."""
+        return {k: getattr(self, k) for k in JOB_FIELDS if getattr(self, k) is not None}
+
+
+JobOptions = make_dataclass(
+    "JobOptions", [(name, _job_option(name), None) for name in JOB_FIELDS],
+    bases=(_JobBase,), frozen=True,
+)
+JobOptions.__module__ = __name__
+JobOptions.__doc__ = """The job settings alone (one option per `JobSpec` field), for `sweep`."""
+ProblemOptions.__doc__ = """The problem options of a command, as given on the command line: the
+problem's numbers plus one option per `JobSpec` field (declared there once)."""
 
 
 @dataclass(frozen=True)

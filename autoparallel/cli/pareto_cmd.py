@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from ..errors import InfeasibleError
-from ..problem import make_problem
+from ..problem import with_gpu_count
 from ..search.explain import nothing_fits_message
 from ..search.pareto import add_front_to_study, time_gpus_front, time_memory_front
 from .options import Fmt
@@ -22,12 +22,7 @@ def run_pareto(problem, space, rules, second, top, fmt, storage, study_name) -> 
             raise InfeasibleError(nothing_fits_message(res))
     else:
         def make_for(n):
-            return make_problem(problem.model, problem.cluster.gpu, n, problem.training.seq_len,
-                                problem.training.global_batch,
-                                gpus_per_node=min(problem.cluster.gpus_per_node, n) if n < problem.cluster.gpus_per_node else problem.cluster.gpus_per_node,
-                                profile=problem.profile, grad_dtype=problem.training.grad_dtype,
-                                usable_fraction=problem.training.usable_fraction,
-                                attention=problem.training.attention)
+            return with_gpu_count(problem, n)
         front = time_gpus_front(make_for, problem.cluster.n_gpus, problem.cluster.gpus_per_node,
                                 space, rules)
         if not front.points:

@@ -11,7 +11,7 @@ from ..errors import SpecError
 from ..search.space import parse_int_list
 from ..search.sweep import SweepSpec, load_sweep_file, run_sweep
 from . import app
-from .options import SearchOptions
+from .options import JobOptions, SearchOptions, with_options
 
 
 def _names(text, flag):
@@ -24,7 +24,9 @@ def _names(text, flag):
 
 
 @app.command("sweep")
+@with_options(job=JobOptions)
 def sweep_command(
+    job: JobOptions,
     sweep_file: Annotated[Optional[str], typer.Argument(help="Sweep TOML ([sweep] and optional [space]).", show_default=False)] = None,
     output: Annotated[Optional[str], typer.Option("--output", help="CSV to write (resumed if it exists).", show_default=False)] = None,
     model: Annotated[Optional[str], typer.Option(help="Comma-separated models.", show_default=False)] = None,
@@ -34,7 +36,6 @@ def sweep_command(
     global_batch: Annotated[Optional[str], typer.Option(help="Comma-separated global batches.", show_default=False)] = None,
     gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs per node.", show_default=False)] = None,
     top: Annotated[Optional[int], typer.Option(help="Layouts per problem.", show_default=False)] = None,
-    profile: Annotated[Optional[str], typer.Option(help="Efficiency profile TOML.", show_default=False)] = None,
     allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let TP groups span nodes.")] = False,
     target: Annotated[Optional[str], typer.Option(help="Keep only layouts this launcher can run.", show_default=False)] = None,
 ) -> None:
@@ -49,8 +50,11 @@ def sweep_command(
         "model": _names(model, "--model"), "gpu": _names(gpu, "--gpu"),
         "gpus": parse_int_list(gpus, "--gpus"), "seq_len": parse_int_list(seq_len, "--seq-len"),
         "global_batch": parse_int_list(global_batch, "--global-batch"),
-        "gpus_per_node": gpus_per_node, "top": top, "profile": profile, "target": target,
-    }
+        "gpus_per_node": gpus_per_node, "top": top, "target": target,
+    } | job.job()
+    for key in ("stack", "precision"):  # comma lists are swept
+        if key in overrides and "," in overrides[key]:
+            overrides[key] = _names(overrides[key], "--" + key)
     overrides = {k: v for k, v in overrides.items() if v is not None}
     data = (spec.model_dump() if spec else {}) | overrides
     missing = [k for k in ("model", "gpu", "gpus", "seq_len", "global_batch") if k not in data]

@@ -16,7 +16,24 @@ from rich.table import Table
 from ..errors import SpecError
 from . import app
 
-RunsOpt = Annotated[str, typer.Option("--runs", help="CSV of measured runs (columns of shared/data/published_runs.csv).")]
+RunsOpt = Annotated[Optional[str], typer.Option("--runs", help="CSV of measured runs (columns of the shipped autoparallel/data/published_runs.csv, the default).", show_default=False)]
+StackOpt = Annotated[Optional[str], typer.Option("--stack", help="Use only the runs of this software stack (autoparallel presets stacks).", show_default=False)]
+
+
+def _load(runs: str | None, include_fp16: bool, stack: str | None):
+    """Cases and skipped rows of a runs file (default: the shipped published runs), optionally
+    only one stack's runs."""
+    from ..data import PUBLISHED_RUNS
+    from ..presets import load_stack
+    from ..validation.runs import load_cases, read_runs
+
+    path = runs or str(PUBLISHED_RUNS)
+    frame = read_runs(path)
+    cases, skipped = load_cases(frame, allow_fp16=include_fp16)
+    if stack is not None:
+        name = load_stack(stack).name
+        cases = [c for c in cases if c.stack == name]
+    return path, frame, cases, skipped
 Fp16Opt = Annotated[bool, typer.Option("--include-fp16", help="Also use FP16 mixed-precision rows (same tensor-core peak as BF16 on A100/V100-era parts).")]
 
 
@@ -92,7 +109,8 @@ def _print_report(console: Console, pred: pd.DataFrame, skipped: pd.DataFrame, t
 
 @app.command("validate")
 def validate_command(
-    runs: RunsOpt,
+    runs: RunsOpt = None,
+    stack: StackOpt = None,
     output: Annotated[Optional[str], typer.Option("--output", help="Write one row per used run (prediction, measurement, errors) to this CSV.", show_default=False)] = None,
     plot: Annotated[Optional[str], typer.Option("--plot", help="Write a predicted-vs-measured scatter (PNG).", show_default=False)] = None,
     profile: Annotated[Optional[list[str]], typer.Option("--profile", help="Calibrated profile TOML (repeatable; a file's `gpu` key says which GPU it applies to).", show_default=False)] = None,
@@ -102,11 +120,9 @@ def validate_command(
     from ..validation.loso import profiles_from_files
     from ..validation.report import plot as draw
     from ..validation.report import predict
-    from ..validation.runs import load_cases, read_runs
 
-    frame = read_runs(runs)
+    runs, frame, cases, skipped = _load(runs, include_fp16, stack)
     profiles = profiles_from_files(profile or [])
-    cases, skipped = load_cases(frame, allow_fp16=include_fp16)
     console = _console()
     console.print(f"{len(frame)} rows in {runs}: {len(cases)} used, {len(skipped)} skipped")
     pred = predict(cases, profiles)
@@ -123,9 +139,10 @@ def validate_command(
 
 @app.command("calibrate")
 def calibrate_command(
-    runs: RunsOpt,
     gpu: Annotated[str, typer.Option("--gpu", help="GPU preset whose runs are fitted (one chip's memory sizes are fitted together, e.g. a100-40gb + a100-80gb).")],
     output: Annotated[str, typer.Option("--output", help="Profile TOML to write (use with --profile).")],
+    runs: RunsOpt = None,
+    stack: StackOpt = None,
     knobs: Annotated[Optional[str], typer.Option("--knobs", help="Comma-separated Profile knobs to fit (default: a physically identifiable set).", show_default=False)] = None,
     loss: Annotated[str, typer.Option("--loss", help="Robust loss of scipy least_squares: soft_l1, huber, cauchy, arctan, linear.")] = "soft_l1",
     prior_weight: Annotated[float, typer.Option("--prior-weight", help="Weight of the pull towards the preset's reference values (0 = none).")] = 1.0,
@@ -138,7 +155,6 @@ def calibrate_command(
     from ..validation.calibrate import DEFAULT_KNOBS, check_knobs, toml_text
     from ..validation.loso import fit_group, group_of, loso_predictions
     from ..validation.report import predict, summary
-    from ..validation.runs import load_cases, read_runs
 
     if loss not in ("soft_l1", "huber", "cauchy", "arctan", "linear"):
         raise SpecError(f"--loss {loss!r}: use soft_l1, huber, cauchy, arctan or linear")
@@ -147,7 +163,8 @@ def calibrate_command(
     names = check_knobs([k.strip() for k in knobs.split(",") if k.strip()]) if knobs else DEFAULT_KNOBS
     preset = load_gpu(gpu).name
     grp = (preset,) + tuple(g for g in group_of(preset) if g != preset)
-    cases, skipped = load_cases(read_runs(runs), allow_fp16=include_fp16)
+    runs, _, cases, skipped = _load(runs, include_fp16, stack)
+    stack_name = cases[0].stack if stack and cases else None
     result, chosen = fit_group(cases, grp, knobs=names, loss=loss, prior_weight=prior_weight)
     console = _console()
     base = load_gpu(preset).reference()
@@ -170,5 +187,6 @@ def calibrate_command(
         extra = {"loso_median_abs_err": float(overall["median_abs_err"]),
                  "loso_p90_abs_err": float(overall["p90_abs_err"]),
                  "loso_bias": float(overall["bias"])}
-    Path(output).write_text(toml_text(result, grp, runs, sources, extra), encoding="utf-8")
+    Path(output).write_text(toml_text(result, grp, runs, sources, extra, stack=stack_name),
+                            encoding="utf-8")
     console.print(f"profile -> {output} (use: autoparallel estimate ... --profile {output})")

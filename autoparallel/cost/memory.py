@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..layouts import LayoutTable
+from ..specs.precision import recipe
 from ..specs.problem import Problem
 from ..units import GiB
 from .arch import Arch
@@ -43,7 +44,8 @@ def stage_params(arch: Arch, t: LayoutTable, st: Stage) -> tuple[np.ndarray, np.
 
 
 def layer_activation_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bool,
-                           recompute: np.ndarray | None = None) -> np.ndarray:
+                           recompute: np.ndarray | None = None,
+                           low_precision: bool = True) -> np.ndarray:
     """Activation bytes one GPU stores for one layer and one micro-batch.
 
     No recompute: sbh[8 + 2 delta + 4q/h + 4kv/h + c_f f/h] (reference §3.4; = 34 sbh for a GPT
@@ -51,6 +53,11 @@ def layer_activation_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bo
     sbh(10 + 24/t) for GPT (Korthikanti Table 2); with SP all of it divides by t. Eager attention
     adds the scores 5as^2b (dropout) or 2as^2b. Selective recompute (core attention) drops the
     scores. Full recompute keeps the layer input, 2sbh (/t with SP). CP divides the sequence.
+    Low precision (`low_precision` and a stack that saves quantised inputs, e.g. Transformer
+    Engine): the inputs of the linear layers are kept in the recipe's element size instead of
+    2 bytes: QKV and FC1 inputs 2h + 2h (replicated without SP), output-projection input 2 n_h d_v
+    and FC2 input 2f per token (TP-sharded); for MoE layers the routed tokens' expert inputs
+    k (2h + 2f_e) and the shared experts' FC2 inputs.
     """
     s, b = problem.training.seq_len, t["mb"].astype(np.float64)
     tp, cp = t["tp"].astype(np.float64), t["cp"].astype(np.float64)
@@ -62,6 +69,17 @@ def layer_activation_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bo
     rep = arch.act_attn_rep + (arch.act_moe_rep if moe else arch.act_mlp_rep)
     shard = arch.act_attn_qo + (arch.act_moe_shard if moe else arch.act_mlp_shard)
     stored = tokens * (rep / rep_div + shard / tp + arch.act_attn_kv / kv_div)
+    rec = recipe(problem.training.precision)
+    if low_precision and rec.low and problem.stack.low_precision_activations:
+        h = arch.hidden
+        lin_rep = 4.0 * h
+        if moe:
+            lin_shard = 2.0 * arch.p_attn_out / h + arch.top_k * (2.0 * h + 2.0 * arch.expert_ffn) \
+                + arch.n_shared * 2.0 * arch.expert_ffn
+        else:
+            lin_shard = 2.0 * arch.p_attn_out / h + 2.0 * arch.p_mlp / (h * (arch.mlp_up + 1))
+        saved = (1.0 - rec.element_bytes / 2.0) * tokens * (lin_rep / rep_div + lin_shard / tp)
+        stored = stored - saved
     if problem.training.attention == "eager":
         score_coef = 5.0 if arch.dropout else 2.0  # softmax out 2 + mask 1 + dropout out 2 (ref §3.1)
         scores = score_coef * b * (arch.n_heads / tp) * (s / cp) * s
@@ -84,6 +102,14 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
         return n_bytes * (dense / np.where(on, d, 1.0) + expert / np.where(on, d_e, 1.0))
 
     params = sharded(2.0, 3)
+    # Low-precision weight cache (Transformer Engine): each linear weight is kept quantised and
+    # transposed across micro-batches, 2q bytes per linear parameter on the GPU (reference §3.6:
+    # "FP8 adds weight transposes/scales"); not with ZeRO-3, where weights are gathered per use.
+    rec = recipe(tr.precision)
+    if rec.low and problem.stack.low_precision_weight_cache:
+        embed_w = (st.embed * arch.p_embed + st.output * (arch.p_output or arch.p_embed)) / tp
+        linear = np.maximum(dense + expert - embed_w, 0.0)
+        params = params + np.where(zero < 3, 2.0 * rec.element_bytes * linear, 0.0)
     grads = sharded(float(tr.grad_bytes), 2)
     optimizer = sharded(12.0, 1)
 

@@ -15,11 +15,12 @@ import numpy as np
 
 from ..layouts import LayoutTable
 from ..placement import layout_groups
+from ..specs.precision import recipe
 from ..specs.problem import Problem
 from ..units import MS
 from .arch import Arch
 from .comm import Collective, collective_time
-from .compute import attention_time, gemm_time, memory_bound_time
+from .compute import attention_time, gemm_time, linear_time, memory_bound_time
 from .memory import layer_activation_bytes, stage_params
 from .stages import micro_batches, stages
 
@@ -41,28 +42,29 @@ def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
     T = b * s / cp  # tokens through each GEMM (SP all-gathers the TP shards first)
     kv_div = np.minimum(tp, arch.n_kv_heads)
     in_proj = (arch.p_attn_q - arch.p_attn_out) / tp + arch.p_attn_kv / kv_div + arch.p_attn_rep
-    gemm = gemm_time(problem, T, in_proj / h, h)  # QKV (or MLA) projections
-    gemm = gemm + gemm_time(problem, T, h, arch.p_attn_out / h / tp)  # output projection
+    gemm = linear_time(problem, T, in_proj / h, h)  # QKV (or MLA) projections
+    gemm = gemm + linear_time(problem, T, h, arch.p_attn_out / h / tp)  # output projection
     if moe:
         E, k = arch.n_experts, arch.top_k
         per_expert = T * k * ep / E  # balanced routing: tokens each local expert receives
         local = E / ep
         gemm = gemm + gemm_time(problem, T, E, h)  # router
-        gemm = gemm + gemm_time(problem, per_expert, arch.mlp_up * arch.expert_ffn / tp, h, local)
-        gemm = gemm + gemm_time(problem, per_expert, h, arch.expert_ffn / tp, local)
+        gemm = gemm + linear_time(problem, per_expert, arch.mlp_up * arch.expert_ffn / tp, h, local)
+        gemm = gemm + linear_time(problem, per_expert, h, arch.expert_ffn / tp, local)
         if arch.n_shared:
             f_s = arch.n_shared * arch.expert_ffn
-            gemm = gemm + gemm_time(problem, T, arch.mlp_up * f_s / tp, h)
-            gemm = gemm + gemm_time(problem, T, h, f_s / tp)
+            gemm = gemm + linear_time(problem, T, arch.mlp_up * f_s / tp, h)
+            gemm = gemm + linear_time(problem, T, h, f_s / tp)
     else:
         f = arch.p_mlp / (h * (arch.mlp_up + 1))  # = ffn, or its n_params-scaled equivalent
-        gemm = gemm + gemm_time(problem, T, arch.mlp_up * f / tp, h)
-        gemm = gemm + gemm_time(problem, T, h, f / tp)
+        gemm = gemm + linear_time(problem, T, arch.mlp_up * f / tp, h)
+        gemm = gemm + linear_time(problem, T, h, f / tp)
     # causal core attention: b * s^2 * n_h (d_qk + d_v) forward FLOPs (reference §2.1), split by
     # TP (heads) and CP (load-balanced sequence chunks)
     attn = attention_time(problem, b * s * s * arch.attn_score_width / (tp * cp))
     # elementwise kernels write and re-read what the layer stores (reference §3.4 accounting)
-    stored = layer_activation_bytes(problem, arch, t, moe, recompute=np.zeros_like(t["rc"]))
+    stored = layer_activation_bytes(problem, arch, t, moe, recompute=np.zeros_like(t["rc"]),
+                                    low_precision=False)
     elem = memory_bound_time(problem, 2.0 * problem.profile.elementwise_factor * stored)
     return gemm, attn, elem
 
@@ -157,15 +159,19 @@ def _hidden_cost(prof, comm, window):
 def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bwd, m):
     """Exposed data-parallel communication seconds per step for one stage (reference §5.5-5.6),
     plus the compute slowdown of the hidden part."""
-    gb = float(problem.training.grad_bytes)
+    gb = float(problem.training.grad_reduce_bytes)
     prof = problem.profile
     ov = prof.dp_overlap
+    # ZeRO-3 / FSDP gathers bf16 parameters, or low-precision ones where the stack does
+    # (TorchTitan enable_fsdp_float8_all_gather)
+    rec = recipe(problem.training.precision)
+    pb = rec.element_bytes if rec.low and problem.stack.low_precision_allgather else 2.0
     zero = t["zero"]
     total = np.zeros(len(t))
     for psi, grp in ((dense, groups["dpcp"]), (expert, groups["edp"])):
         ar = collective_time(problem, Collective.ALL_REDUCE, gb * psi, grp)
         rs = collective_time(problem, Collective.REDUCE_SCATTER, gb * psi, grp)
-        ag = collective_time(problem, Collective.ALL_GATHER, 2.0 * psi, grp)
+        ag = collective_time(problem, Collective.ALL_GATHER, pb * psi, grp)
         bucket = np.minimum(psi, np.maximum(DDP_BUCKET_PARAMS, 1e6 * grp.size))
         tail = collective_time(problem, Collective.REDUCE_SCATTER, gb * bucket, grp)
         hide = lambda comm, window: _hidden_cost(prof, comm, ov * window)  # noqa: E731

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..batch import _bool, _int, _text
+from ..batch import _bool, _int, _text, job_from_row
 from ..errors import AutoParallelError, SpecError
 from ..problem import make_problem
 from ..specs.layout import Layout
@@ -16,7 +16,8 @@ from ..specs.problem import Problem
 
 REQUIRED = ("model", "gpu", "n_gpus", "seq_len", "global_batch", "tp", "pp")
 """Columns a row must have; `gpus_per_node` (8), `dp` (derived), `vp`, `cp`, `ep` (1), `zero`
-(1), `recompute` (none), `sp` (on with TP) and `micro_batch` (1) take defaults when absent."""
+(1), `recompute` (none), `sp` (on with TP) and `micro_batch` (1) take defaults when absent; the
+job settings (`JobSpec` columns: stack, precision, ...) the stack's defaults when absent or blank."""
 OPTIONAL = ("gpus_per_node", "dp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch")
 
 
@@ -65,6 +66,7 @@ def read_sweep_row(path: str | Path, row: int) -> tuple[Problem, Layout]:
         problem_args = (_text(rec, "model"), _text(rec, "gpu"), _int(rec, "n_gpus"),
                         _int(rec, "seq_len"), _int(rec, "global_batch"))
         gpus_per_node = _int(rec, "gpus_per_node")
+        job = job_from_row(rec)
     except AutoParallelError as exc:
         raise SpecError(f"{where}: {exc}") from None
     except ValueError as exc:  # pydantic: the first failure, named
@@ -73,5 +75,6 @@ def read_sweep_row(path: str | Path, row: int) -> tuple[Problem, Layout]:
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
         raise SpecError(f"{where}: `{loc}` = {err.get('input')!r}: {msg}") from None
     model, gpu, n_gpus, seq_len, global_batch = problem_args
-    problem = make_problem(model, gpu, n_gpus, seq_len, global_batch, gpus_per_node=gpus_per_node)
+    problem = make_problem(model, gpu, n_gpus, seq_len, global_batch, gpus_per_node=gpus_per_node,
+                           **job)
     return problem, layout

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pandas as pd
 
 from ..evaluate import MEMORY_KEYS, TIME_KEYS
+from ..specs.job import JOB_FIELDS
 
-PROBLEM_COLUMNS = ("model", "gpu", "n_gpus", "gpus_per_node", "seq_len", "global_batch")
+PROBLEM_COLUMNS = ("model", "gpu", "n_gpus", "gpus_per_node", "seq_len", "global_batch") + JOB_FIELDS
+"""The problem's numbers and every job setting (`JobSpec`), as `Problem.describe()` gives them."""
 LAYOUT_COLUMNS = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch",
                   "grad_accum")
 RESULT_COLUMNS = (
@@ -16,7 +18,10 @@ RESULT_COLUMNS = (
     + ("mfu", "tokens_per_s_per_gpu", "fits", "note")
 )
 SWEEP_COLUMNS = PROBLEM_COLUMNS + LAYOUT_COLUMNS + RESULT_COLUMNS
-"""The frozen column schema of `sweep` CSVs and `plan --format csv` (version 1)."""
+"""The frozen column schema of `sweep` CSVs and `plan --format csv` (`SWEEP_SCHEMA_VERSION`)."""
+SWEEP_SCHEMA_VERSION = 2
+"""Version 1: 42 columns. Version 2: + the job settings (stack, precision, grad_dtype, ...)
+after the problem columns."""
 
 
 def ranked_frame(result) -> pd.DataFrame:

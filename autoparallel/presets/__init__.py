@@ -17,9 +17,11 @@ from pydantic import ValidationError
 from ..errors import SpecError, format_validation_error
 from ..specs.hardware import GPUSpec, Profile
 from ..specs.model import ModelSpec
+from ..specs.stack import StackSpec
 from .hf import hf_config_to_model_dict, is_hf_config
 
-__all__ = ["list_models", "list_gpus", "load_model", "load_gpu", "load_profile", "read_table"]
+__all__ = ["list_models", "list_gpus", "list_stacks", "load_model", "load_gpu", "load_stack",
+           "load_profile", "read_table"]
 
 
 def _names(kind: str) -> list[str]:
@@ -35,6 +37,11 @@ def list_models() -> list[str]:
 def list_gpus() -> list[str]:
     """Names of the packaged GPU presets."""
     return _names("gpus")
+
+
+def list_stacks() -> list[str]:
+    """Names of the packaged software-stack presets."""
+    return _names("stacks")
 
 
 def read_table(path: Path) -> dict:
@@ -71,7 +78,7 @@ def _unknown(kind: str, ref: str, names: list[str]) -> SpecError:
 def _resolve(kind: str, ref: str, names: list[str]) -> tuple[dict, str]:
     """Return (raw dict, source label) for a preset name or a file path."""
     if ref in names:
-        folder = "models" if kind == "model" else "gpus"
+        folder = {"model": "models", "gpu": "gpus", "stack": "stacks"}[kind]
         text = (resources.files(__package__) / folder / f"{ref}.toml").read_text(encoding="utf-8")
         return tomllib.loads(text), f"preset {ref}"
     path = Path(ref)
@@ -105,6 +112,19 @@ def load_gpu(ref: str | GPUSpec) -> GPUSpec:
         return GPUSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, f"gpu ({source})")) from None
+
+
+def load_stack(ref: str | StackSpec) -> StackSpec:
+    """A `StackSpec` from a preset name or a TOML/JSON file."""
+    if isinstance(ref, StackSpec):
+        return ref
+    names = list_stacks()
+    key = str(ref).lower() if str(ref).lower() in names else str(ref)
+    data, source = _resolve("stack", key, names)
+    try:
+        return StackSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, f"stack ({source})")) from None
 
 
 def load_profile(path: str | Path, base: Profile | None = None) -> Profile:

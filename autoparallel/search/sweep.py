@@ -17,14 +17,20 @@ from pydantic import Field, PositiveInt, ValidationError
 from ..errors import SpecError, format_validation_error
 from ..output.frames import PROBLEM_COLUMNS, SWEEP_COLUMNS, ranked_frame
 from ..problem import make_problem
-from ..specs._base import Spec
+from ..specs.job import JOB_FIELDS, JobSpec
+from ..specs.precision import PrecisionName
 from .plan import plan
 from .space import SearchSpace
 
 
-class SweepSpec(Spec):
-    """The grid of problems of a sweep (each list must be non-empty)."""
+class SweepSpec(JobSpec):
+    """The grid of problems of a sweep (each list must be non-empty), plus the job settings
+    (`JobSpec`; `stack` and `precision` may also be lists, swept like the others)."""
 
+    stack: str | list[str] = "megatron-core"
+    """Stack preset(s) or file(s)."""
+    precision: PrecisionName | list[PrecisionName] = "bf16"
+    """Precision(s)."""
     model: list[str] = Field(min_length=1)
     gpu: list[str] = Field(min_length=1)
     gpus: list[PositiveInt] = Field(min_length=1)
@@ -32,7 +38,6 @@ class SweepSpec(Spec):
     global_batch: list[PositiveInt] = Field(min_length=1)
     gpus_per_node: PositiveInt = 8
     top: PositiveInt = 3
-    profile: str | None = None
     target: str | None = None
     """Keep only layouts this launcher can express."""
 
@@ -59,16 +64,20 @@ def load_sweep_file(path: str | Path) -> tuple[SweepSpec, SearchSpace]:
 def problems_of(spec: SweepSpec) -> list:
     """Every problem of the grid, validated up front (a bad preset fails before any work)."""
     out = []
-    for model, gpu, n, s, b in itertools.product(spec.model, spec.gpu, spec.gpus, spec.seq_len,
-                                                 spec.global_batch):
+    job = {k: getattr(spec, k) for k in JOB_FIELDS if getattr(spec, k) is not None}
+    stacks = [spec.stack] if isinstance(spec.stack, str) else spec.stack
+    precisions = [spec.precision] if isinstance(spec.precision, str) else spec.precision
+    for model, gpu, n, s, b, st, pr in itertools.product(
+            spec.model, spec.gpu, spec.gpus, spec.seq_len, spec.global_batch, stacks, precisions):
         out.append(make_problem(model, gpu, n, s, b, gpus_per_node=min(spec.gpus_per_node, n)
                                 if n < spec.gpus_per_node else spec.gpus_per_node,
-                                profile=spec.profile))
+                                **(job | {"stack": st, "precision": pr})))
     return out
 
 
 def _key(values: Iterable) -> tuple[str, ...]:
-    return tuple(str(v) for v in values)
+    """A problem's identity as the CSV spells it (None is an empty cell)."""
+    return tuple("" if v is None else str(v) for v in values)
 
 
 def _prepare_output(path: Path) -> set[tuple[str, ...]]:

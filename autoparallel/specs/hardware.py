@@ -3,6 +3,8 @@ cluster (`ClusterSpec`). Numbers in presets carry their source in a `[sources]` 
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
 from ._base import Spec
@@ -16,6 +18,12 @@ class Profile(Spec):
     """Fraction of dense peak that large BF16 GEMMs reach (MAMF: H100 80%, A100 87%; ref §7.1)."""
     gemm_overhead_us: NonNegativeFloat = 4.0
     """Fixed time per GEMM (launch, tail, wave quantisation), microseconds (ref §7.2 rule 3)."""
+    fp8_gemm_efficiency: float = Field(0.70, gt=0, le=1)
+    """Fraction of the dense FP8 peak that large FP8 GEMMs reach (MAMF: H100 70.9%, H200 73.4%,
+    B200 76.3%, GB200 72.3%; ref §7.1). Used for every low-precision recipe at the FP8 peak."""
+    fp4_gemm_efficiency: float = Field(0.70, gt=0, le=1)
+    """Fraction of the dense FP4 peak that large NVFP4 GEMMs reach. No MAMF measurement is
+    published; the FP8 fraction is assumed until `calibrate` fits it on NVFP4 runs."""
     attention_efficiency: float = Field(0.45, gt=0, le=1)
     """Fraction of peak reached by the fused attention kernel (FA2 35-50%, FA3/cuDNN 60-75%; ref §7.3)."""
     cudnn_attention_efficiency: float = Field(0.6, gt=0, le=1)
@@ -67,6 +75,13 @@ class GPUSpec(Spec):
     """Dense BF16 peak, TFLOP/s."""
     fp8_tflops: PositiveFloat | None = None
     """Dense FP8 peak, TFLOP/s (None where the GPU has no FP8 tensor cores)."""
+    fp4_tflops: PositiveFloat | None = None
+    """Dense FP4 (NVFP4) peak, TFLOP/s (None where the GPU has no FP4 tensor cores)."""
+    block_scaling: bool = False
+    """Whether the tensor cores apply MX/NVFP4 block scales in hardware (Blackwell)."""
+    generation: Literal["volta", "ampere", "hopper", "blackwell", "cdna3", "other"] = "other"
+    """Architecture generation: selects a stack's attention kernel and which profile of a stack
+    is the nearest when the stack has none fitted on this GPU."""
     hbm_gib: PositiveFloat
     """HBM capacity, GiB."""
     hbm_tb_per_s: PositiveFloat

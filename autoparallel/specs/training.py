@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, PositiveInt
 
 from ._base import Spec
+from .precision import PrecisionName
 
 
 class TrainingSpec(Spec):
@@ -26,6 +27,13 @@ class TrainingSpec(Spec):
     attention / FlashAttention-3 of Transformer Engine (Megatron-Core, NeMo), same memory as
     `flash`, its own efficiency; `eager`: scores materialised (ref §3.1-3.2, §7.3)."""
 
+    precision: PrecisionName = "bf16"
+    """Numeric recipe of the linear layers (`specs.precision`)."""
+    stack: str = "megatron-core"
+    """Name of the software stack (its settings are on `Problem.stack`)."""
+    grad_reduce_dtype: Literal["bf16", "fp32"] | None = None
+    """Dtype of the data-parallel gradient reduction; None = the gradient buffer's dtype."""
+
     tp_comm_overlap: bool = False
     """Whether tensor-parallel collectives are overlapped with the GEMMs that produce and consume
     them (Megatron `--tp-comm-overlap` with Transformer Engine userbuffers, TorchTitan async TP):
@@ -36,6 +44,12 @@ class TrainingSpec(Spec):
     def grad_bytes(self) -> int:
         """Bytes per gradient element."""
         return 2 if self.grad_dtype == "bf16" else 4
+
+    @property
+    def grad_reduce_bytes(self) -> int:
+        """Bytes per gradient element on the wire of the data-parallel reduction."""
+        dtype = self.grad_reduce_dtype or self.grad_dtype
+        return 2 if dtype == "bf16" else 4
 
     @property
     def bytes_per_param(self) -> int:

@@ -56,9 +56,10 @@ def _cases(problem: Problem, measured: list[tuple[Layout, float]]):
     c, tr = problem.cluster, problem.training
     return [RunCase(row_id=f"trial{i}", source="tune", gpu=c.gpu, model=problem.model,
                     n_gpus=c.n_gpus, gpus_per_node=c.gpus_per_node, seq_len=tr.seq_len,
-                    global_batch=tr.global_batch, grad_dtype=tr.grad_dtype,
-                    attention=tr.attention, layout=lay, measured_step_s=float(t),
-                    measured_from="tune", tp_comm_overlap=tr.tp_comm_overlap)
+                    global_batch=tr.global_batch, layout=lay, measured_step_s=float(t),
+                    measured_from="tune",
+                    job={k: v for k, v in problem.job_settings().items()
+                         if v is not None and k != "profile"} | {"stack": problem.stack})
             for i, (lay, t) in enumerate(measured)]
 
 

@@ -26,6 +26,8 @@ from .runs import RunCase
 KNOBS: dict[str, tuple[float, float, float]] = {
     # name: (lower bound, upper bound, prior width); efficiencies never above 1
     "gemm_efficiency": (0.2, 1.0, 0.25),
+    "fp8_gemm_efficiency": (0.2, 1.0, 0.25),
+    "fp4_gemm_efficiency": (0.2, 1.0, 0.25),
     "gemm_overhead_us": (0.0, 100.0, 20.0),
     "attention_efficiency": (0.05, 1.0, 0.25),
     "cudnn_attention_efficiency": (0.05, 1.0, 0.25),
@@ -40,8 +42,9 @@ KNOBS: dict[str, tuple[float, float, float]] = {
 }
 """Knobs `calibrate` may fit: physical bounds and the prior width."""
 
-DEFAULT_KNOBS = ("gemm_efficiency", "attention_efficiency", "cudnn_attention_efficiency",
-                 "elementwise_factor", "step_overhead_ms")
+DEFAULT_KNOBS = ("gemm_efficiency", "fp8_gemm_efficiency", "fp4_gemm_efficiency",
+                 "attention_efficiency", "cudnn_attention_efficiency", "elementwise_factor",
+                 "step_overhead_ms")
 """Fitted by default: the knobs the shared runs identify (standard error from the runs alone well
 below the prior width, `Fit.identified`, on both the H100 and the A100 runs). The collective
 bandwidths, overlaps, per-GEMM overhead and latencies are not identified by them (errors of
@@ -175,14 +178,15 @@ def fit(cases: Sequence[RunCase], base: Profile, knobs: Sequence[str] = DEFAULT_
 
 
 def toml_text(result: Fit, gpus: Sequence[str], runs_path: str, sources: Sequence[str],
-              loso: dict | None = None) -> str:
-    """The calibrated profile as TOML: `gpu`, a `[profile]` table (every knob, fitted ones
+              loso: dict | None = None, stack: str | None = None) -> str:
+    """The calibrated profile as TOML: `gpu` (and `stack` when fitted on one stack's runs), a `[profile]` table (every knob, fitted ones
     commented), and a `[fit]` table with what it was fitted on."""
     lines = [
         "# Efficiency profile fitted by `autoparallel calibrate` (robust least squares on log step",
         f"# time) to {result.n_runs} measured runs of {', '.join(gpus)} from {runs_path}.",
         f"# Sources: {', '.join(sources)}.",
         f'gpu = "{gpus[0]}"',
+    ] + ([f'stack = "{stack}"'] if stack else []) + [
         "",
         "[profile]",
     ]

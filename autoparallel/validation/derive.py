@@ -1,5 +1,5 @@
-"""The job a measured-run row describes, beyond the model: GPU preset, precision check, ZeRO
-stage, parallel layout, gradient dtype, attention kernel, recompute. Each function either
+"""The job a measured-run row describes, beyond the model: GPU preset, precision recipe, software
+stack, ZeRO stage, parallel layout, job overrides, recompute. Each function either
 returns what the row says (or allows to derive, recording the assumption) or raises `RowSkip`
 with the counted reason. The rules are listed in `runs`' module docstring."""
 
@@ -35,15 +35,48 @@ def gpu_preset(text: str) -> str:
     raise RowSkip("unknown GPU" + (f" ({text.split()[0]})" if text.strip() else ""))
 
 
-def _precision(row, allow_fp16: bool) -> None:
+def _precision(row, allow_fp16: bool, assumptions: list[str]) -> str:
+    """The precision recipe a row states (`specs.precision`), or raise `RowSkip`."""
     p = str(row.get("precision") or "").lower()
-    if re.search(r"fp8|float8|fp4|nvfp4|mxfp", p):
-        raise RowSkip("precision not BF16 (FP8/FP4)")
-    if "bf16" in p:
-        return
-    if "fp16" in p and allow_fp16:
-        return
-    raise RowSkip("precision not BF16" + (" (fp16)" if "fp16" in p else ""))
+    name = None
+    if "nvfp4" in p:
+        name = "nvfp4"
+    elif "mxfp8" in p or "fp8-mx" in p:
+        name = "mxfp8"
+    elif "blockwise" in p or "block-wise" in p:
+        name = "fp8-blockwise"
+    elif re.search(r"fp8|float8", p):
+        name = "fp8"
+    elif re.search(r"fp4|mxfp", p):
+        raise RowSkip(f"precision without a recipe ({p})")
+    elif "bf16" in p:
+        name = "bf16"
+    elif "fp16" in p:
+        if not allow_fp16:
+            raise RowSkip("precision FP16 (use --include-fp16)")
+        name = "fp16"
+    if name is None:
+        raise RowSkip("precision not stated" if not p else f"precision unknown ({p})")
+    if name != "bf16":
+        assumptions.append(f"precision {name}")
+    return name
+
+
+def _stack(row, assumptions: list[str]) -> str:
+    """The stack preset whose `frameworks` patterns match the row's `framework` column, or raise
+    `RowSkip` (a framework without a preset)."""
+    from ..presets import list_stacks, load_stack
+
+    text = str(row.get("framework") or "")
+    for name in STACK_ORDER + tuple(n for n in list_stacks() if n not in STACK_ORDER):
+        if any(re.search(pat, text, re.I) for pat in load_stack(name).frameworks):
+            assumptions.append(f"stack {name} (from the framework)")
+            return name
+    raise RowSkip("framework without a stack preset" + (f" ({text.split(' (')[0]})" if text else ""))
+
+
+STACK_ORDER = ("megatron-legacy", "megatron-core", "torchtitan", "fsdp", "nanotron", "deepspeed")
+"""Order in which stack patterns are tried (the legacy Megatron patterns are the narrower)."""
 
 
 def _zero(row, assumptions: list[str]) -> int:
@@ -94,37 +127,19 @@ def _layout(row, n_gpus: int, gbs: int, zero: int, assumptions: list[str]) -> di
     return dict(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, micro_batch=mb)
 
 
-def _grad_dtype(row, zero: int) -> str:
-    """`fp32` (18 bytes/parameter: Megatron main grads, nanotron fp32 accumulation) or `bf16`
-    (16 bytes/parameter) for PyTorch FSDP, whose sharded state is fp32 params (the master
-    weights) 4 + fp32 grads 4 + Adam m, v 8 = 16 bytes (the ledger's 2 + 2 + 12), and for
-    llm-foundry's "PURE" bf16 mode."""
-    fsdp = str(row.get("fsdp") or "").lower()
+def _job_overrides(row) -> dict:
+    """Job settings a row states beyond its stack's defaults: llm-foundry's "PURE" bf16 mode
+    reduces gradients in bf16; TP-communication overlap or its absence as the notes say
+    (Megatron `--tp-comm-overlap`, TorchTitan async TP vs vanilla TP)."""
+    out = {}
     if "pure" in str(row.get("precision") or "").lower():
-        return "bf16"
-    if zero >= 2 and fsdp.startswith("fsdp"):
-        return "bf16"
-    return "fp32"
-
-
-TE_STACKS = re.compile(r"megatron-core|megatron-bridge|nemo|transformer engine|\bTE\b", re.I)
-HOPPER_OR_LATER = ("h100", "h200", "h800", "b200", "gb200")
-
-
-def _attention(row, gpu: str) -> str:
-    """The attention kernel a run's stack uses: Transformer Engine's cuDNN fused attention
-    (FA3 class on Hopper and later) for Megatron-Core / NeMo / Megatron-Bridge / TE stacks,
-    FlashAttention-2 class otherwise (llm-foundry, nanotron, torchtitan, Megatron-DeepSpeed)."""
-    if gpu in HOPPER_OR_LATER and TE_STACKS.search(str(row.get("framework") or "")):
-        return "cudnn"
-    return "flash"
-
-
-def _tp_comm_overlap(row) -> bool:
-    """Whether the run overlapped TP collectives with GEMMs, as its notes or framework state
-    (Megatron `--tp-comm-overlap`, TorchTitan async TP)."""
+        out["grad_reduce_dtype"] = "bf16"
     text = f"{row.get('notes') or ''} {row.get('framework') or ''}".lower()
-    return "tp-comm-overlap" in text or "async tp" in text or "asynctp" in text
+    if "tp-comm-overlap" in text or "async tp" in text or "asynctp" in text:
+        out["tp_comm_overlap"] = True
+    elif "vanilla tp" in text or "no tp overlap" in text:
+        out["tp_comm_overlap"] = False
+    return out
 
 
 def _recompute(row, assumptions: list[str]) -> str | None:

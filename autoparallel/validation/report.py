@@ -40,6 +40,7 @@ def predict_case(case: RunCase, profile: Profile | None = None, arch=None) -> di
     tokens = case.seq_len * case.global_batch
     rec = {
         "row_id": case.row_id, "source": case.source, "gpu": case.gpu, "model": case.model.name,
+        "stack": case.stack, "precision": case.precision, "profile_basis": problem.profile_basis,
         "n_gpus": case.n_gpus, "seq_len": case.seq_len, "global_batch": case.global_batch,
         "layout": case.layout.resolved(case.n_gpus).slug,
         "measured_step_s": meas, "predicted_step_s": step, "step_err": step / meas - 1.0,
@@ -60,10 +61,11 @@ def predict_case(case: RunCase, profile: Profile | None = None, arch=None) -> di
 
 
 def predict(cases: Iterable[RunCase], profiles: Mapping[str, Profile] | None = None) -> pd.DataFrame:
-    """One record per case; `profiles` maps a GPU preset name to the profile its rows use
-    (missing GPUs keep their preset's default profile)."""
+    """One record per case; `profiles` maps a (stack, GPU preset) pair or a GPU preset name to
+    the profile its rows use (others keep their stack's profile on their GPU)."""
     profiles = profiles or {}
-    return pd.DataFrame([predict_case(c, profiles.get(c.gpu)) for c in cases])
+    return pd.DataFrame([predict_case(c, profiles.get((c.stack, c.gpu), profiles.get(c.gpu)))
+                         for c in cases])
 
 
 def _stats(group: pd.DataFrame) -> dict:

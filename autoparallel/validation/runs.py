@@ -12,11 +12,12 @@ derivation is recorded as an assumption:
 - micro-batch: `mbs`, else gbs / (dp x grad_accum), else 1 (assumed);
 - recompute: the row's word (full / selective / none); when not stated, the least recompute that
   the memory model says fits (none, then selective, then full) (assumed);
-- gradients: fp32 (Megatron main grads, FSDP/FSDP2 reduce in fp32, nanotron fp32 accumulation)
-  except llm-foundry "PURE" bf16, where they are bf16;
-- gpus_per_node: the row's value, else 8 (assumed);
-- attention kernel: cuDNN fused attention (FA3 class) for Transformer Engine stacks (Megatron-Core,
-  NeMo, Megatron-Bridge) on Hopper and later, FlashAttention-2 class otherwise.
+- precision: the row's recipe (bf16, fp8 per-tensor, MXFP8, NVFP4, ...; FP16 only with
+  `--include-fp16`) (counted);
+- software stack: the stack preset whose `frameworks` patterns match the row's `framework`
+  (counted); the stack gives the gradient dtypes, the attention kernel per GPU generation, the
+  TP-overlap default and the efficiency profile; a row overrides what it states (llm-foundry
+  "PURE" bf16 reduces gradients in bf16; "async TP" / "vanilla TP"; `--tp-comm-overlap`).
 """
 
 from __future__ import annotations
@@ -38,8 +39,7 @@ from ..specs.model import ModelSpec
 from ..specs.problem import Problem
 from ..units import GB, GiB
 from .conventions import measured_step_s
-from .derive import (_attention, _grad_dtype, _layout, _precision, _recompute, _tp_comm_overlap,
-                     _zero, gpu_preset)
+from .derive import _job_overrides, _layout, _precision, _recompute, _stack, _zero, gpu_preset
 from .modelspec import RowSkip, _int, _num, model_from_row
 
 REQUIRED_COLUMNS = ("gpu", "num_gpus", "seq_len", "gbs", "layers", "hidden", "heads", "vocab",
@@ -65,21 +65,34 @@ class RunCase:
     gpus_per_node: int
     seq_len: int
     global_batch: int
-    grad_dtype: str
-    attention: str
     layout: Layout
     measured_step_s: float
     measured_from: str
+    job: dict = field(default_factory=dict)
+    """Job settings (`JobSpec` fields) the run states; the others are its stack's defaults."""
     measured_mem_gib: float | None = None
     assumptions: tuple[str, ...] = field(default_factory=tuple)
-    tp_comm_overlap: bool = False
 
     def problem(self, profile: Profile | None = None) -> Problem:
-        """The `Problem` of this run, with `profile` (default: the GPU preset's)."""
+        """The `Problem` of this run, with `profile` (default: its stack's on its GPU)."""
+        extra = {} if profile is None else {"profile": profile}
         return make_problem(self.model, self.gpu, self.n_gpus, self.seq_len, self.global_batch,
-                            gpus_per_node=self.gpus_per_node, profile=profile,
-                            grad_dtype=self.grad_dtype, attention=self.attention,
-                            tp_comm_overlap=self.tp_comm_overlap)
+                            gpus_per_node=self.gpus_per_node, **self.job, **extra)
+
+    @property
+    def stack(self) -> str:
+        """The run's software stack preset."""
+        return self.job.get("stack", "megatron-core")
+
+    @property
+    def precision(self) -> str:
+        """The run's precision recipe."""
+        return self.job.get("precision", "bf16")
+
+    @property
+    def grad_dtype(self) -> str:
+        """Gradient buffer dtype as the cost model uses it (stated or the stack's)."""
+        return self.problem().training.grad_dtype
 
     def table(self) -> LayoutTable:
         """The one-row layout table."""
@@ -109,9 +122,11 @@ def case_from_row(row, allow_fp16: bool = False) -> RunCase:
     status = str(row.get("run_status") or "ok").strip().lower()
     if status not in ("ok", "", "nan"):
         raise RowSkip(f"run_status {status}")
-    _precision(row, allow_fp16)
     gpu = gpu_preset(str(row.get("gpu") or ""))
     model, assumptions = model_from_row(row)
+    precision = _precision(row, allow_fp16, assumptions)
+    stack = _stack(row, assumptions)
+    job = {"stack": stack, "precision": precision} | _job_overrides(row)
     n_gpus, seq, gbs = _int(row, "num_gpus"), _int(row, "seq_len"), _int(row, "gbs")
     if not (n_gpus and seq and gbs):
         raise RowSkip("num_gpus, seq_len or gbs missing")
@@ -121,16 +136,12 @@ def case_from_row(row, allow_fp16: bool = False) -> RunCase:
         assumptions.append("gpus_per_node not stated: 8")
     zero = _zero(row, assumptions)
     lay = _layout(row, n_gpus, gbs, zero, assumptions)
-    grad = _grad_dtype(row, zero)
-    attention = _attention(row, gpu)
-    tp_overlap = _tp_comm_overlap(row)
     arch = build_arch(model)
     step, how = measured_step_s(row, arch, n_gpus, seq, gbs)
     if step is None:
         raise RowSkip(how)
     try:
-        problem = make_problem(model, gpu, n_gpus, seq, gbs, gpus_per_node=gpn, grad_dtype=grad,
-                               attention=attention, tp_comm_overlap=tp_overlap)
+        problem = make_problem(model, gpu, n_gpus, seq, gbs, gpus_per_node=gpn, **job)
     except AutoParallelError as exc:
         raise RowSkip("problem invalid: " + str(exc).splitlines()[0]) from None
     rc = _recompute(row, assumptions)
@@ -147,8 +158,8 @@ def case_from_row(row, allow_fp16: bool = False) -> RunCase:
     return RunCase(
         row_id=str(row.get("row_id") or ""), source=str(row.get("source_key") or "runs"),
         gpu=gpu, model=model, n_gpus=n_gpus, gpus_per_node=gpn, seq_len=seq, global_batch=gbs,
-        grad_dtype=grad, attention=attention, layout=layout, measured_step_s=float(step), measured_from=how,
-        measured_mem_gib=_mem_gib(row), assumptions=tuple(assumptions), tp_comm_overlap=tp_overlap,
+        layout=layout, measured_step_s=float(step), measured_from=how, job=job,
+        measured_mem_gib=_mem_gib(row), assumptions=tuple(assumptions),
     )
 
 

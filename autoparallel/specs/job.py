@@ -1,0 +1,59 @@
+"""`JobSpec`: every setting of a training job besides the model, the GPUs and the batch, declared
+once. CLI options (`--stack`, `--precision`, ...), Python API keywords, `Problem.describe()`,
+the sweep/plan CSV columns, batch-estimate input columns, `export --from CSV` and the estimate
+JSON `job` object are all derived from these fields, so that none can drift from the others.
+
+A field left at None takes the stack's default (e.g. Megatron-Core keeps fp32 gradients and
+overlaps TP communication; TorchTitan keeps 16 bytes/parameter and does not)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, NonNegativeFloat, PositiveFloat
+
+from ._base import Spec
+from .precision import PrecisionName
+
+
+def _cli(flag: str, metavar: str = "") -> dict:
+    return {"json_schema_extra": {"cli": flag, "metavar": metavar}}
+
+
+class JobSpec(Spec):
+    """How the job is trained: software stack, precision, and settings that override the stack."""
+
+    stack: str = Field("megatron-core", **_cli("--stack"))
+    """Software stack preset (`autoparallel presets stacks`) or a stack TOML/JSON file."""
+    precision: PrecisionName = Field("bf16", **_cli("--precision"))
+    """bf16, fp16, fp8 (per-tensor scaling), fp8-blockwise, mxfp8 or nvfp4 (docs/cost-model.md)."""
+    grad_dtype: Literal["bf16", "fp32"] | None = Field(None, **_cli("--grad-dtype"))
+    """Gradient buffer: bf16 (16 bytes/param) or fp32 (Megatron, 18 bytes/param); default: the stack's."""
+    grad_reduce_dtype: Literal["bf16", "fp32"] | None = Field(None, **_cli("--grad-reduce-dtype"))
+    """Dtype of the data-parallel gradient reduction on the wire; default: the stack's."""
+    attention: Literal["flash", "cudnn", "eager"] | None = Field(None, **_cli("--attention"))
+    """flash (FlashAttention-2 class), cudnn (TE cuDNN / FA3 class) or eager (scores stored); default: the stack's for the GPU."""
+    tp_comm_overlap: bool | None = Field(None, **_cli("--tp-comm-overlap/--no-tp-comm-overlap"))
+    """TP collectives overlapped with GEMMs (Megatron --tp-comm-overlap, TorchTitan async TP); default: the stack's."""
+    usable_fraction: float = Field(0.9, gt=0, le=1, **_cli("--usable-fraction"))
+    """Share of GPU memory the plan may fill (the rest absorbs allocator fragmentation)."""
+    intra_gbps: PositiveFloat | None = Field(None, **_cli("--intra-gbps"))
+    """Override of the scale-up (NVLink) bandwidth per GPU, GB/s one direction."""
+    inter_gbps: PositiveFloat | None = Field(None, **_cli("--inter-gbps"))
+    """Override of the network bandwidth per GPU, GB/s."""
+    intra_latency_us: NonNegativeFloat | None = Field(None, **_cli("--intra-latency-us"))
+    """Override of the per-step collective latency inside the scale-up domain, microseconds."""
+    inter_latency_us: NonNegativeFloat | None = Field(None, **_cli("--inter-latency-us"))
+    """Override of the per-step collective latency across the network, microseconds."""
+    profile: str | None = Field(None, **_cli("--profile"))
+    """Efficiency profile TOML (from `autoparallel calibrate`) applied over the stack's."""
+
+
+JOB_FIELDS: tuple[str, ...] = tuple(JobSpec.model_fields)
+"""Names of the job settings, in declaration order (CSV columns, API keywords)."""
+
+
+def job_flag(name: str) -> str:
+    """The CLI flag of a job field (the `--x` part of `--x/--no-x`)."""
+    extra = JobSpec.model_fields[name].json_schema_extra or {}
+    return str(extra["cli"]).split("/")[0]

@@ -1,0 +1,85 @@
+"""Software stacks: what a training framework does by default, and its efficiency per GPU.
+
+The same layout on the same GPUs runs at different speeds under Megatron-Core with Transformer
+Engine, TorchTitan, PyTorch FSDP trainers, DeepSpeed or nanotron: the attention kernel, which
+communication overlaps exist, the gradient dtypes, what the low-precision recipe keeps. A stack
+preset states these with sources, plus the efficiency knobs fitted on that stack's measured runs
+(`autoparallel calibrate --stack NAME`) per GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from ._base import Spec
+from .hardware import Profile
+from .precision import PrecisionName
+
+AttentionKernel = Literal["flash", "cudnn", "eager"]
+
+STACK_KNOBS = ("gemm_efficiency", "fp8_gemm_efficiency", "fp4_gemm_efficiency",
+               "attention_efficiency", "cudnn_attention_efficiency", "elementwise_factor",
+               "step_overhead_ms", "dp_overlap", "ep_overlap", "memory_overhead_gib")
+"""Profile knobs a stack may set: the software's own efficiencies and overheads. Hardware knobs
+(collective bandwidth fractions, latencies, HBM efficiency) stay the GPU preset's."""
+
+
+class StackSpec(Spec):
+    """One software stack (preset `presets/stacks/<name>.toml`, or a user TOML/JSON file)."""
+
+    name: str
+    """Preset name, e.g. `megatron-core`."""
+    description: str = ""
+    """What software this covers."""
+    frameworks: list[str] = Field(default_factory=list)
+    """Regular expressions (case-insensitive) that recognise this stack in a measured run's
+    `framework` column (validation and calibration)."""
+    attention: dict[str, AttentionKernel]
+    """Attention kernel class per GPU generation (`ampere`, `hopper`, `blackwell`, `cdna3`, ...;
+    `default` for the others)."""
+    tp_comm_overlap: bool = False
+    """Whether TP collectives are overlapped with their GEMMs by default."""
+    grad_dtype: Literal["bf16", "fp32"] = "fp32"
+    """Gradient buffer dtype by default (`fp32` = 18 bytes/param ledger, `bf16` = 16)."""
+    grad_reduce_dtype: Literal["bf16", "fp32"] = "fp32"
+    """Dtype in which data-parallel gradients are reduced (bytes on the wire)."""
+    precisions: list[PrecisionName] = Field(default_factory=lambda: ["bf16"])
+    """Precision recipes the stack implements."""
+    schedules: list[str] = Field(default_factory=lambda: ["1f1b"])
+    """Pipeline schedules the stack implements."""
+    low_precision_weight_cache: bool = False
+    """Whether low-precision recipes keep a quantised copy of each linear weight and of its
+    transpose across micro-batches (Transformer Engine caches both)."""
+    low_precision_activations: bool = False
+    """Whether the inputs of linear layers are saved for backward in the low-precision format
+    (Transformer Engine saves the quantised input) instead of BF16."""
+    low_precision_allgather: bool = False
+    """Whether ZeRO-3 / FSDP all-gathers parameters in the low-precision format (TorchTitan
+    `enable_fsdp_float8_all_gather`)."""
+    selective_recompute: str = "core attention"
+    """What `recompute = selective` recomputes in this stack."""
+    profile: dict[str, dict[str, float]] = Field(default_factory=dict)
+    """GPU preset -> efficiency knobs fitted on this stack's runs on that GPU."""
+    profile_notes: dict[str, str] = Field(default_factory=dict)
+    """GPU preset -> what its profile was fitted on."""
+    sources: dict[str, str] = Field(default_factory=dict)
+    """Where each default comes from (field -> citation)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> StackSpec:
+        bad = {g: sorted(set(k) - set(STACK_KNOBS)) for g, k in self.profile.items()}
+        bad = {g: k for g, k in bad.items() if k}
+        if bad:
+            raise ValueError(f"`profile` has knobs a stack may not set {bad}; allowed: "
+                             f"{', '.join(STACK_KNOBS)}")
+        for g, knobs in self.profile.items():
+            Profile(**knobs)  # range checks of every knob (efficiencies in (0, 1], ...)
+        if "bf16" not in self.precisions:
+            raise ValueError("`precisions` must include bf16")
+        return self
+
+    def attention_for(self, generation: str) -> str:
+        """The attention kernel class this stack runs on a GPU generation."""
+        return self.attention.get(generation, self.attention.get("default", "flash"))

@@ -1,0 +1,94 @@
+"""Fit the shipped efficiency profiles: one per (software stack, GPU group) with runs, and one per
+GPU group across every stack (the GPU preset's `[profile]`, the fallback for a stack that has no
+runs anywhere). Prints the TOML blocks to paste into `autoparallel/presets/stacks/<stack>.toml`
+(`[profile.<gpu>]`, `[profile_notes]`) and `autoparallel/presets/gpus/<gpu>.toml` (`[profile]`),
+with the in-sample error of each fit. Every fit starts from the GPU preset's reference
+(literature) profile. Benchmarks print figures; nothing here is asserted.
+
+    python benchmarks/calibrate_stacks.py [--runs FILE] [--write]
+
+`--write` replaces the fitted-profile tables at the end of each stack preset (everything after
+the `MARKER` line) with the new fits, for every GPU preset of the fitted group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from autoparallel.data import PUBLISHED_RUNS  # noqa: E402
+from autoparallel.presets import load_gpu  # noqa: E402
+from autoparallel.validation.calibrate import fit  # noqa: E402
+from autoparallel.validation.loso import group_of  # noqa: E402
+from autoparallel.validation.runs import load_cases, read_runs  # noqa: E402
+
+
+MARKER = "# ---- fitted profiles (benchmarks/calibrate_stacks.py --write) ----"
+STACKS = Path(__file__).resolve().parents[1] / "autoparallel" / "presets" / "stacks"
+
+
+def _write(stack: str, tables: list[str]) -> None:
+    path = STACKS / f"{stack}.toml"
+    text = path.read_text(encoding="utf-8").split(MARKER)[0].rstrip() + "\n\n"
+    path.write_text(text + MARKER + "\n" + "\n".join(tables), encoding="utf-8")
+
+
+def _block(res, cases) -> list[str]:
+    lines = []
+    for k, v in res.knobs.items():
+        note = f"+-{res.std[k]:.2g}" if res.identified(k) else "not identified: near reference"
+        lines.append(f"{k} = {v:.4g}  # {note}")
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", default=str(PUBLISHED_RUNS))
+    ap.add_argument("--write", action="store_true", help="write the fits into the stack presets")
+    args = ap.parse_args()
+    tables: dict[str, list[str]] = {}
+    notes: dict[str, list[str]] = {}
+    t0 = time.time()
+    cases, skipped = load_cases(read_runs(args.runs))
+    groups = sorted({group_of(c.gpu) for c in cases})
+    print(f"{len(cases)} usable runs, {len(skipped)} skipped\n")
+    for grp in groups:
+        chosen = [c for c in cases if c.gpu in grp]
+        ref = load_gpu(grp[0]).reference()
+        res = fit(chosen, ref)
+        err = np.median(np.abs(np.expm1(res.residuals)))
+        srcs = sorted({c.source for c in chosen})
+        print(f"# GPU {'+'.join(grp)}: every stack, {len(chosen)} runs ({', '.join(srcs)}); "
+              f"in-sample median |err| {err:.1%}")
+        print("[profile]")
+        print("\n".join(_block(res, chosen)), "\n")
+        for stack in sorted({c.stack for c in chosen}):
+            mine = [c for c in chosen if c.stack == stack]
+            res = fit(mine, ref)
+            err = np.median(np.abs(np.expm1(res.residuals)))
+            srcs = sorted({c.source for c in mine})
+            precs = sorted({c.precision for c in mine})
+            print(f"# stack {stack} on {grp[0]}: {len(mine)} runs ({', '.join(srcs)}; "
+                  f"{', '.join(precs)}); in-sample median |err| {err:.1%}")
+            note = (f"fitted on {len(mine)} runs ({', '.join(precs)}) of {', '.join(srcs)}; "
+                    f"in-sample median |err| {err:.1%}")
+            for g in grp:
+                table = [f'[profile."{g}"]', *_block(res, mine), ""]
+                print("\n".join(table))
+                tables.setdefault(stack, []).extend(table)
+                notes.setdefault(stack, []).append(f'"{g}" = "{note}"')
+    print(f"({time.time() - t0:.0f} s)")
+    if args.write:
+        for stack, body in tables.items():
+            _write(stack, body + ["[profile_notes]", *notes[stack], ""])
+            print(f"wrote {STACKS / (stack + '.toml')}")
+
+
+if __name__ == "__main__":
+    main()
