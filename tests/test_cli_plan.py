@@ -17,10 +17,13 @@ from conftest import run_cli, with_args
 P70 = ["--model", "llama3-70b", "--gpu", "h100", "--gpus", "64", "--seq-len", "8192",
        "--global-batch", "512"]
 
-# The frozen sweep/plan CSV schema (version 1). Changing it breaks users' notebooks: add a
-# column only with a schema version bump and a note in the README.
+# The frozen sweep/plan CSV schema (version 2: + the job settings). Changing it breaks users'
+# notebooks: add a column only with a schema version bump and a note in the README.
 FROZEN_SWEEP_COLUMNS = [
     "model", "gpu", "n_gpus", "gpus_per_node", "seq_len", "global_batch",
+    "stack", "precision", "grad_dtype", "grad_reduce_dtype", "attention", "tp_comm_overlap",
+    "usable_fraction", "intra_gbps", "inter_gbps", "intra_latency_us", "inter_latency_us",
+    "profile",
     "dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch", "grad_accum",
     "rank",
     "mem_params_gib", "mem_grads_gib", "mem_optimizer_gib", "mem_model_states_gib",
@@ -51,7 +54,7 @@ def test_plan_json_schema():
     assert [x["rank"] for x in data["ranked"]] == [1, 2, 3]
     assert data["n_layouts"] >= data["n_valid"] >= data["n_fit"] > 0
     est_keys = ["model", "gpu", "n_gpus", "layout", "memory_gib", "fits", "time_s", "mfu",
-                "tokens_per_s_per_gpu", "model_flops_per_step"]
+                "tokens_per_s_per_gpu", "model_flops_per_step", "job", "profile_basis"]
     assert list(data["ranked"][0]) == ["rank"] + est_keys
 
 

@@ -228,7 +228,7 @@ def test_plan_target_keeps_only_launchable_layouts():
     from autoparallel.exporters import check
 
     p = make_problem("llama3-70b", "h100", 64, 8192, 512)
-    free = plan(p, top=20)
+    free = plan(p, top=300)
     mega = plan(p, top=20, target="megatron")
     assert any(check("megatron", p, free.ranked.table.row(i)) for i in range(len(free.ranked)))
     assert all(not check("megatron", p, mega.ranked.table.row(i)) for i in range(len(mega.ranked)))

@@ -126,7 +126,7 @@ def test_validate_cli_report_csv_and_plot(tmp_path):
                    "micro-batch not stated: 1"):
         assert needle in r.stdout
     rep = pd.read_csv(out)
-    assert len(rep) == 12 and {"measured_step_s", "predicted_step_s", "step_err", "measured_mfu",
+    assert len(rep) == 13 and {"measured_step_s", "predicted_step_s", "step_err", "measured_mfu",
                                "top_items", "assumptions"} <= set(rep.columns)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

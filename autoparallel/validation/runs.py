@@ -11,7 +11,7 @@ derivation is recorded as an assumption:
   distributed optimizer (or `--overlap-param-gather` in the notes) -> 1; otherwise 1 (assumed);
 - micro-batch: `mbs`, else gbs / (dp x grad_accum), else 1 (assumed);
 - recompute: the row's word (full / selective / none); when not stated, the least recompute that
-  the memory model says fits (none, then selective, then full) (assumed);
+  the memory model says fits in the GPU's memory (none, then selective, then full) (assumed);
 - precision: the row's recipe (bf16, fp8 per-tensor, MXFP8, NVFP4, ...; FP16 only with
   `--include-fp16`) (counted);
 - software stack: the stack preset whose `frameworks` patterns match the row's `framework`
@@ -100,9 +100,12 @@ class RunCase:
 
 
 def _least_recompute_that_fits(problem: Problem, lay: dict) -> str:
+    """The least recompute (none, selective, full) whose most-loaded stage fits in the GPU's
+    memory: the run ran, so it fit the device (the planner's usable-fraction margin is a safety
+    margin for plans, not a fact about a run that happened)."""
     layouts = [Layout(**lay, recompute=r) for r in ("none", "selective", "full")]
     ev = evaluate(problem, LayoutTable.from_layouts(layouts, problem.cluster.n_gpus), RULES)
-    fitting = np.flatnonzero(ev.fits)
+    fitting = np.flatnonzero(ev.memory["total"] <= ev.memory["capacity"])
     return layouts[int(fitting[0]) if len(fitting) else 2].recompute.value
 
 
