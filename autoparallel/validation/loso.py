@@ -62,43 +62,71 @@ def fit_group(cases: Sequence[RunCase], gpus: Sequence[str], knobs=DEFAULT_KNOBS
     return fit(chosen, load_gpu(gpus[0]).reference(), knobs=knobs, **kw), chosen
 
 
+GENERATION_ORDER = ("hopper", "blackwell", "ampere", "cdna3", "volta", "other")
+"""Preference among other GPUs when a stack has no runs on this one: the same generation, then
+this order (the one with the most runs first)."""
+
+
+def _nearest_group(target: tuple[str, ...], candidates) -> tuple[str, ...]:
+    gen = load_gpu(target[0]).generation
+    return sorted(candidates, key=lambda g: (load_gpu(g[0]).generation != gen,
+                                             GENERATION_ORDER.index(load_gpu(g[0]).generation), g))[0]
+
+
 def loso_predictions(cases: Sequence[RunCase], gpus: Sequence[str] | None = None,
                      knobs=DEFAULT_KNOBS, **kw) -> tuple[pd.DataFrame, dict]:
-    """Held-out predictions of every case on `gpus` (default: every GPU group with runs), plus the
-    knobs fitted per (group, held-out source, stack).
+    """Held-out predictions of every case on `gpus` (default: every GPU with runs), plus the knobs
+    of every fit made, keyed by (GPU group, held-out source, stack).
 
-    For each GPU group and each source, the held-out source's runs of each stack are predicted by
-    the profile the shipped presets would give them, rebuilt without that source: a fit to the
-    *other* sources' runs of the same stack on the group (column `heldout_fit` = "stack"); where
-    the stack has no other source there, a fit to every other source's runs on the group, all
-    stacks together ("gpu"); where the group has no other source, the preset's reference
-    (literature) profile ("reference"). Every fit starts from the reference profile, never from a
-    shipped, already-calibrated one."""
+    Each source's runs are predicted by the profile the shipped presets would give them, rebuilt
+    without that source (column `heldout_fit`):
+    1. "stack": the same stack fitted on the *other* sources' runs on this GPU group;
+    2. "stack@<gpu>": else the same stack fitted on the other sources' runs of the nearest GPU
+       group with such runs (its software knobs carried over as fractions of this GPU's peaks,
+       as `problem.stack_profile` does for a GPU a stack has no runs on);
+    3. "gpu": else every stack's other sources' runs on this GPU group, fitted together;
+    4. "reference": else the GPU preset's reference (literature) profile.
+    Every fit starts from the reference profile of the GPU it is fitted on, never from a shipped,
+    already-calibrated one."""
+    from ..specs.stack import STACK_KNOBS
+
     gpus = list(gpus) if gpus else sorted({c.gpu for c in cases})
-    groups = sorted({group_of(g) for g in gpus})
+    target_groups = sorted({group_of(g) for g in gpus})
+    cache: dict = {}
+
+    def fit_of(subset, grp, key):
+        if key not in cache:
+            cache[key] = fit(subset, load_gpu(grp[0]).reference(), knobs=knobs, **kw)
+        return cache[key]
+
     frames, fitted = [], {}
-    for grp in groups:
+    for grp in target_groups:
         chosen = [c for c in cases if c.gpu in grp and c.gpu in gpus]
         reference = load_gpu(grp[0]).reference()
         for src in sorted({c.source for c in chosen}):
-            rest = [c for c in chosen if c.source != src]
-            gpu_fit = None
+            rest = [c for c in cases if c.source != src]
             for stack in sorted({c.stack for c in chosen if c.source == src}):
                 held = [c for c in chosen if c.source == src and c.stack == stack]
-                same = [c for c in rest if c.stack == stack]
+                same = [c for c in rest if c.stack == stack and c.gpu in grp]
+                others = {group_of(c.gpu) for c in rest if c.stack == stack} - {grp}
+                rest_here = [c for c in rest if c.gpu in grp]
                 if same:
-                    res = fit(same, reference, knobs=knobs, **kw)
-                    basis = "stack"
-                elif rest:
-                    gpu_fit = gpu_fit or fit(rest, reference, knobs=knobs, **kw)
-                    res, basis = gpu_fit, "gpu"
+                    res = fit_of(same, grp, ("stack", grp, src, stack))
+                    prof, basis = res.profile, "stack"
+                elif others:
+                    near = _nearest_group(grp, others)
+                    mine = [c for c in rest if c.stack == stack and c.gpu in near]
+                    res = fit_of(mine, near, ("stack", near, src, stack))
+                    update = {k: v for k, v in res.knobs.items() if k in STACK_KNOBS}
+                    prof, basis = reference.model_copy(update=update), f"stack@{near[0]}"
+                elif rest_here:
+                    res = fit_of(rest_here, grp, ("gpu", grp, src))
+                    prof, basis = res.profile, "gpu"
                 else:
-                    res, basis = None, "reference"
-                prof = res.profile if res else reference
-                if res:
+                    res, prof, basis = None, reference, "reference"
+                if res is not None:
                     fitted[(grp[0], src, stack)] = res.knobs
-                profiles: Mapping = {(stack, g): prof for g in grp}
-                frame = predict(held, profiles)
+                frame = predict(held, {(stack, g): prof for g in grp})
                 frame["heldout_fit"] = basis
                 frames.append(frame)
     return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), fitted
