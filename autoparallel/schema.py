@@ -8,9 +8,11 @@ from pydantic import BaseModel, ConfigDict
 from .errors import SpecError
 from .specs import GPUSpec, Layout, ModelSpec, Profile
 
-SCHEMA_VERSION = "2"
-"""Version of the output schemas (`estimate`, `plan`). Version 2: field descriptions with units
-and a typed `problem` object in the plan output. `tests/golden/schema/v<N>.json` freezes each
+SCHEMA_VERSION = "3"
+"""Version of the output schemas (`estimate`, `plan`, `capacity`). Version 2: field descriptions
+with units and a typed `problem` object in the plan output. Version 3: error bands
+(`time_s.step_low`, `time_s.step_high`, `memory_gib.total_high`, `band`), `tied` and
+`robustness` per ranked layout, `rank_by` and `n_tied` in the plan, and the capacity output. `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 
 
@@ -69,6 +71,9 @@ class MemoryOut(_Out):
     """HBM of one GPU."""
     usable: float
     """capacity x usable_fraction: what a layout may fill to fit."""
+    total_high: float
+    """Upper end of the memory band: total x exp(-p10) of the leave-one-source-out memory
+    residuals ln(predicted / measured) (`band.memory_*`)."""
 
 
 class TimeOut(_Out):
@@ -94,6 +99,41 @@ class TimeOut(_Out):
     """Optimizer step on the local shard plus the fixed per-step overhead."""
     step: float
     """Sum of the items above: one optimizer step."""
+    step_low: float
+    """Lower end of the step-time band: step x exp(-p90) of the leave-one-source-out residuals
+    ln(predicted / measured) of comparable runs (`band`); about 1 in 10 measurements below."""
+    step_high: float
+    """Upper end of the step-time band: step x exp(-p10); about 1 in 10 measurements above."""
+
+
+class BandOut(_Out):
+    """Where the error band comes from (`autoparallel.bands`, docs/validation.md)."""
+
+    regime: str
+    """`compute` or `comm` (exposed communication at least 10 % of the step)."""
+    exposed_comm_share: float
+    """Exposed TP + CP + EP + PP + DP communication / step, 0-1."""
+    step_level: str
+    """Which residuals the step band uses: stack+gpu, gpu, stack or global (both: this GPU has
+    no runs; quantiles doubled), none (default x0.5-x2)."""
+    step_runs: int
+    """Validation runs behind the step band (0 = default band)."""
+    step_sources: list[str]
+    """Sources of those runs."""
+    step_log_p10: float
+    """p10 of ln(predicted / measured) applied (clamped to <= -0.01)."""
+    step_log_p90: float
+    """p90 of ln(predicted / measured) applied (clamped to >= +0.01)."""
+    memory_level: str
+    """Which residuals the memory band uses (same levels; none = default +25 %)."""
+    memory_runs: int
+    """Validation runs with a measured peak memory behind the memory band."""
+    memory_sources: list[str]
+    """Sources of those runs."""
+    memory_log_p10: float
+    """p10 of ln(predicted / measured) memory applied (clamped to <= -0.01)."""
+    note: str
+    """The step band's basis in words."""
 
 
 class EstimateOut(_Out):
@@ -119,13 +159,42 @@ class EstimateOut(_Out):
     """Training throughput, tokens per second per GPU."""
     model_flops_per_step: float
     """Model FLOPs of one optimizer step (no recompute), FLOP."""
+    band: BandOut
+    """Basis of the error bands in `time_s` and `memory_gib`."""
+
+
+class RobustnessOut(_Out):
+    """Robustness of a layout (`autoparallel.search.robust`); lower penalty = more robust."""
+
+    score_s: float
+    """step x (1 + penalty), seconds: the order of the tied group under `--rank-by robust`."""
+    penalty: float
+    """net_sensitivity + gemm_sensitivity + exposed_comm_share + 0.10 x memory_used
+    + 0.02 x (parallel_dims - 1) + 0.05 x (TP x EP across the scale-up domain)."""
+    net_sensitivity: float
+    """Step time with 20 % less scale-out bandwidth / step - 1."""
+    gemm_sensitivity: float
+    """Step time with 10 % lower GEMM efficiency / step - 1."""
+    exposed_comm_share: float
+    """Exposed communication / step, 0-1."""
+    memory_used: float
+    """Memory total / usable, 0-1."""
+    parallel_dims: int
+    """How many of dp, tp, pp, cp, ep exceed 1."""
+    tp_ep_in_node: bool
+    """Whether tp x ep fits in the scale-up domain."""
 
 
 class RankedOut(EstimateOut):
     """One ranked layout of a plan."""
 
     rank: int
-    """1 = fastest."""
+    """1 = first under `rank_by` (fastest for `time`)."""
+    tied: bool
+    """Whether this layout's step band overlaps the fastest layout's (its step_low <= the
+    fastest's step_high): the model cannot tell them apart."""
+    robustness: RobustnessOut
+    """Robustness penalty and its terms."""
 
 
 class ProblemOut(_Out):
@@ -160,8 +229,12 @@ class PlanOut(_Out):
     """Valid layouts that fit in usable memory."""
     search_s: float
     """Wall time of the search, seconds."""
+    rank_by: str
+    """`time` (fastest first) or `robust` (the tied group by robust score first)."""
+    n_tied: int
+    """Fitting layouts tied with the fastest (band overlap)."""
     ranked: list[RankedOut]
-    """The best fitting layouts, fastest first (at most `--top`)."""
+    """The best fitting layouts in `rank_by` order (at most `--top`)."""
 
 
 _SCHEMAS = {
