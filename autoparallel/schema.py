@@ -237,14 +237,133 @@ class PlanOut(_Out):
     """The best fitting layouts in `rank_by` order (at most `--top`)."""
 
 
+class CapacityJobOut(_Out):
+    """The job planned for."""
+
+    model: str
+    """Model name."""
+    tokens: float
+    """Token budget of the run."""
+    seq_len: int
+    """Tokens per sequence."""
+    global_batch: int
+    """Sequences per optimizer step."""
+    global_batch_tokens: int
+    """Tokens per optimizer step (global_batch x seq_len)."""
+    rank_by: str
+    """How each row's layout was chosen: time (fastest) or robust."""
+
+
+class AssumptionsOut(_Out):
+    """Goodput and energy assumptions (defaults and sources: `autoparallel.capacity_model`)."""
+
+    mtbf_gpu_hours: float
+    """Mean time between job interruptions per GPU, hours (default from the Llama 3 report: 419
+    interruptions in 54 days on 16,384 H100)."""
+    ckpt_write_s: float
+    """Seconds a checkpoint stalls training."""
+    ckpt_restore_s: float
+    """Seconds from an interruption to training again."""
+    power_fraction: float
+    """Average GPU power / TDP."""
+    node_overhead: float
+    """Host power per watt of GPU power."""
+    pue: float
+    """Data-centre power usage effectiveness."""
+
+
+class CapacityRowOut(_Out):
+    """One GPU kind and count. `_low` / `_high`: the same figure at the fast / slow end of the
+    step-time band (for tokens_per_s, `_low` is the slow end)."""
+
+    gpu: str
+    """GPU preset name."""
+    n_gpus: int
+    """GPUs in the job."""
+    fits: bool
+    """Whether any layout fits; when false the other fields are absent."""
+    layout: str | None
+    """The chosen layout (slug)."""
+    step_s: float | None = None
+    """Predicted step time, seconds."""
+    step_low_s: float | None = None
+    """Lower end of the step-time band, seconds."""
+    step_high_s: float | None = None
+    """Upper end of the step-time band, seconds."""
+    mfu: float | None = None
+    """Model FLOPs utilisation, 0-1."""
+    goodput: float | None = None
+    """Share of wall time that advances training (checkpoints, lost work and restarts removed)."""
+    checkpoint_interval_s: float | None = None
+    """Young/Daly interval sqrt(2 x write time x job MTBF), seconds."""
+    job_mtbf_h: float | None = None
+    """Mean time between interruptions of the whole job, hours."""
+    band_level: str | None = None
+    """Which residuals the step band uses (see `band.step_level` of the estimate schema)."""
+    tokens_per_s: float | None = None
+    """Training throughput of the job, tokens/s (no interruptions)."""
+    tokens_per_s_low: float | None = None
+    """Throughput at the slow end of the band."""
+    tokens_per_s_high: float | None = None
+    """Throughput at the fast end of the band."""
+    days: float | None = None
+    """Wall-clock days to train the token budget, goodput included."""
+    days_low: float | None = None
+    """Days at the fast end of the band."""
+    days_high: float | None = None
+    """Days at the slow end of the band (the pessimistic figure `--deadline` uses)."""
+    gpu_hours: float | None = None
+    """days x 24 x n_gpus."""
+    gpu_hours_low: float | None = None
+    """GPU-hours at the fast end."""
+    gpu_hours_high: float | None = None
+    """GPU-hours at the slow end."""
+    cost: float | None = None
+    """gpu_hours x the price given for this GPU kind (null without --price)."""
+    cost_low: float | None = None
+    """Cost at the fast end."""
+    cost_high: float | None = None
+    """Cost at the slow end."""
+    energy_mwh: float | None = None
+    """gpu_hours x TDP x power_fraction x (1 + node_overhead) x PUE, MWh (null without a TDP)."""
+    energy_mwh_low: float | None = None
+    """Energy at the fast end, MWh."""
+    energy_mwh_high: float | None = None
+    """Energy at the slow end, MWh."""
+
+
+class DeadlineOut(_Out):
+    """Answer to `--deadline`."""
+
+    days: float
+    """The deadline, days."""
+    smallest_n_gpus: dict[str, int | None]
+    """Per GPU kind, the smallest count evaluated whose days_high meets the deadline (null: none)."""
+
+
+class CapacityOut(_Out):
+    """Output of `autoparallel capacity --format json`."""
+
+    schema_version: str
+    """`SCHEMA_VERSION` of this output."""
+    job: CapacityJobOut
+    """Model, tokens, sequence length and global batch."""
+    assumptions: AssumptionsOut
+    """Goodput and energy assumptions used."""
+    rows: list[CapacityRowOut]
+    """One row per GPU kind and count."""
+    deadline: DeadlineOut | None
+    """Smallest count per GPU kind meeting `--deadline` (null when not asked)."""
+
+
 _SCHEMAS = {
-    "estimate": EstimateOut, "plan": PlanOut, "model": ModelSpec, "gpu": GPUSpec,
+    "estimate": EstimateOut, "plan": PlanOut, "capacity": CapacityOut, "model": ModelSpec, "gpu": GPUSpec,
     "profile": Profile, "layout": Layout,
 }
 
 
 def schema_for(what: str) -> dict:
-    """JSON Schema of `what` (estimate, plan, model, gpu, profile, layout)."""
+    """JSON Schema of `what` (estimate, plan, capacity, model, gpu, profile, layout)."""
     if what not in _SCHEMAS:
         raise SpecError(f"`schema` {what!r} unknown; choose one of {', '.join(_SCHEMAS)}")
     schema = _SCHEMAS[what].model_json_schema()

