@@ -15,13 +15,13 @@ from .layouts import LayoutTable
 from .presets import list_gpus, list_models, load_gpu, load_model
 from .problem import make_problem
 from .specs import ClusterSpec, GPUSpec, Layout, ModelSpec, Problem, Profile, Recompute, TrainingSpec
-from .api import PlanReport, estimate, estimate_out, export, plan  # noqa: E402  (needs the above)
+from .api import PlanReport, capacity, estimate, estimate_out, export, plan  # noqa: E402  (needs the above)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AutoParallelError", "ClusterSpec", "Evaluation", "ExportError", "GPUSpec", "InfeasibleError",
     "Layout", "LayoutTable", "ModelSpec", "PlanReport", "Problem", "Profile", "Recompute",
-    "SpecError", "TrainingSpec", "estimate", "estimate_out", "evaluate", "export", "list_gpus",
+    "SpecError", "TrainingSpec", "capacity", "estimate", "estimate_out", "evaluate", "export", "list_gpus",
     "list_models", "load_gpu", "load_model", "make_problem", "plan",
 ]

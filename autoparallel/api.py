@@ -189,5 +189,48 @@ def export(target: str, problem: Problem | None = None,
     return render(target, problem_of(problem, **problem_args), layout_of(layout))
 
 
-__all__ = ["PROBLEM_OPTIONS", "PlanReport", "estimate", "estimate_out", "export", "layout_of",
+def capacity(model, tokens, seq_len: int, global_batch, gpu, gpus, *, price=None,
+             deadline=None, rank_by: str = "time", **options: Any) -> pd.DataFrame:
+    """Days, GPU-hours, cost and energy to train `tokens` per GPU kind and count, with bands:
+    the rows of `autoparallel capacity --format json` as a DataFrame.
+
+    Args:
+        model: preset name or file. tokens: '15T' or a number. seq_len: tokens per sequence.
+        global_batch: sequences (int) or tokens with a K/M/B suffix in binary units ('16M').
+        gpu: a preset name or a list ('h100' or ['h100', 'b200']).
+        gpus: a count, a list of counts, or a string '512,1024' / '512:4096:x2'.
+        price: {gpu: price per GPU-hour}. deadline: '30d' etc.; adds a boolean column
+            `meets_deadline` (days_high within it) and `df.attrs["smallest_n_gpus"]`.
+        rank_by: 'time' or 'robust' (how each row's layout is chosen).
+        options: `Assumptions` fields (mtbf_gpu_hours, ckpt_write_s, ckpt_restore_s,
+            power_fraction, node_overhead, pue) and `make_problem` keywords.
+    """
+    import dataclasses
+
+    import pandas as pd
+
+    from .capacity_model import (Assumptions, capacity_rows, parse_counts, parse_duration,
+                           smallest_meeting)
+
+    kinds = [gpu] if isinstance(gpu, str) else list(gpu)
+    kinds = [k.strip() for g in kinds for k in g.split(",") if k.strip()]
+    counts = parse_counts(gpus if isinstance(gpus, str) else
+                          ",".join(str(n) for n in ([gpus] if isinstance(gpus, int) else gpus)))
+    names = {f.name for f in dataclasses.fields(Assumptions)}
+    a = Assumptions(**{k: options.pop(k) for k in list(options) if k in names})
+    unknown = sorted(set(options) - set(PROBLEM_OPTIONS) - {"tp_comm_overlap"})
+    if unknown:
+        raise SpecError(f"unknown capacity keyword(s) {', '.join(unknown)}; known: "
+                        f"{', '.join(sorted(names | set(PROBLEM_OPTIONS)))}")
+    rows = capacity_rows(model, tokens, seq_len, global_batch, kinds, counts, prices=price,
+                         assumptions=a, rank_by=rank_by, **options)
+    frame = pd.DataFrame(rows)
+    if deadline is not None:
+        days = parse_duration(deadline)
+        frame["meets_deadline"] = frame["fits"] & (frame.get("days_high", float("inf")) <= days)
+        frame.attrs["smallest_n_gpus"] = smallest_meeting(rows, days)
+    return frame
+
+
+__all__ = ["PROBLEM_OPTIONS", "capacity", "PlanReport", "estimate", "estimate_out", "export", "layout_of",
            "plan", "problem_of"]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .bands import Bands, bands_for
 from .cost.arch import Arch, build_arch
 from .cost.memory import memory_ledger
 from .cost.time import TIME_ITEMS, time_ledger
@@ -67,8 +68,17 @@ class Evaluation:
             model_flops_per_step=self.model_flops_per_step,
         )
 
-    def record(self, i: int) -> dict:
-        """Row i in the estimate JSON schema (GiB = 2^30 bytes, seconds)."""
+    def bands(self) -> Bands:
+        """Error bands of every row, from leave-one-source-out validation residuals
+        (`autoparallel.bands`)."""
+        return bands_for(self.problem, self.time, self.memory["total"])
+
+    def record(self, i: int, bands: Bands | None = None) -> dict:
+        """Row i in the estimate JSON schema (GiB = 2^30 bytes, seconds), with its error band
+        (`bands`: precomputed for every row, else computed for this one)."""
+        if bands is None:
+            one = self.take(np.array([i]))
+            return one.record(0, one.bands())
         t = self.table
         m = int(self.time["m"][i])
         layout = {k: int(t[k][i]) for k in ("dp", "tp", "pp", "vp", "cp", "ep", "zero")}
@@ -83,14 +93,17 @@ class Evaluation:
             "gpu": self.problem.cluster.gpu.name,
             "n_gpus": self.problem.cluster.n_gpus,
             "layout": layout,
-            "memory_gib": {k: float(self.memory[k][i] / GiB) for k in MEMORY_KEYS},
+            "memory_gib": {k: float(self.memory[k][i] / GiB) for k in MEMORY_KEYS}
+            | {"total_high": float(bands.memory_total_high[i] / GiB)},
             "fits": bool(self.fits[i]),
-            "time_s": {k: float(self.time[k][i]) for k in TIME_KEYS},
+            "time_s": {k: float(self.time[k][i]) for k in TIME_KEYS}
+            | {"step_low": float(bands.step_low[i]), "step_high": float(bands.step_high[i])},
             "mfu": float(self.mfu[i]),
             "tokens_per_s_per_gpu": float(self.tokens_per_s_per_gpu[i]),
             "model_flops_per_step": float(self.model_flops_per_step),
             "job": self.problem.job.model_dump(),
             "profile_basis": self.problem.profile_basis,
+            "band": bands.basis(i),
         }
 
     def columns(self) -> dict[str, np.ndarray]:
@@ -107,6 +120,10 @@ class Evaluation:
             cols[f"mem_{k}_gib"] = self.memory[k] / GiB
         for k in TIME_KEYS:
             cols[f"time_{k}_s"] = self.time[k]
+        bands = self.bands()
+        cols["mem_total_high_gib"] = bands.memory_total_high / GiB
+        cols["time_step_low_s"] = bands.step_low
+        cols["time_step_high_s"] = bands.step_high
         cols["fits"] = self.fits
         cols["mfu"] = self.mfu
         cols["tokens_per_s_per_gpu"] = self.tokens_per_s_per_gpu

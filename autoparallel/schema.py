@@ -11,10 +11,12 @@ from .specs.job import JobSpec
 from .specs.stack import StackSpec
 
 SCHEMA_VERSION = "3"
-"""Version of the output schemas (`estimate`, `plan`). Version 2: field descriptions with units
-and a typed `problem` object in the plan output. Version 3: the job settings (`JobSpec`: stack,
-precision, dtypes, overlaps, overrides) in the estimate's `job` object and the plan's `problem`,
-and `profile_basis`. `tests/golden/schema/v<N>.json` freezes each
+"""Version of the output schemas (`estimate`, `plan`, `capacity`). Version 2: field descriptions
+with units and a typed `problem` object in the plan output. Version 3: the job settings
+(`JobSpec`: stack, precision, dtypes, overlaps, overrides) in the estimate's `job` object and
+the plan's `problem`, `profile_basis`; error bands (`time_s.step_low`, `time_s.step_high`,
+`memory_gib.total_high`, `band`), `tied` and `robustness` per ranked layout, `rank_by` and
+`n_tied` in the plan, and the capacity output. `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 
 
@@ -73,6 +75,9 @@ class MemoryOut(_Out):
     """HBM of one GPU."""
     usable: float
     """capacity x usable_fraction: what a layout may fill to fit."""
+    total_high: float
+    """Upper end of the memory band: total x exp(-p10) of the leave-one-source-out memory
+    residuals ln(predicted / measured) (`band.memory_*`)."""
 
 
 class TimeOut(_Out):
@@ -98,6 +103,41 @@ class TimeOut(_Out):
     """Optimizer step on the local shard plus the fixed per-step overhead."""
     step: float
     """Sum of the items above: one optimizer step."""
+    step_low: float
+    """Lower end of the step-time band: step x exp(-p90) of the leave-one-source-out residuals
+    ln(predicted / measured) of comparable runs (`band`); about 1 in 10 measurements below."""
+    step_high: float
+    """Upper end of the step-time band: step x exp(-p10); about 1 in 10 measurements above."""
+
+
+class BandOut(_Out):
+    """Where the error band comes from (`autoparallel.bands`, docs/validation.md)."""
+
+    regime: str
+    """`compute` or `comm` (exposed communication at least 10 % of the step)."""
+    exposed_comm_share: float
+    """Exposed TP + CP + EP + PP + DP communication / step, 0-1."""
+    step_level: str
+    """Which residuals the step band uses: stack+gpu, gpu, stack or global (both: this GPU has
+    no runs; quantiles doubled), none (default x0.5-x2)."""
+    step_runs: int
+    """Validation runs behind the step band (0 = default band)."""
+    step_sources: list[str]
+    """Sources of those runs."""
+    step_log_p10: float
+    """p10 of ln(predicted / measured) applied (clamped to <= -0.01)."""
+    step_log_p90: float
+    """p90 of ln(predicted / measured) applied (clamped to >= +0.01)."""
+    memory_level: str
+    """Which residuals the memory band uses (same levels; none = default +25 %)."""
+    memory_runs: int
+    """Validation runs with a measured peak memory behind the memory band."""
+    memory_sources: list[str]
+    """Sources of those runs."""
+    memory_log_p10: float
+    """p10 of ln(predicted / measured) memory applied (clamped to <= -0.01)."""
+    note: str
+    """The step band's basis in words."""
 
 
 class EstimateOut(_Out):
@@ -128,13 +168,42 @@ class EstimateOut(_Out):
     profile_basis: str
     """Where the efficiency profile comes from (the stack's fit on this GPU, the nearest GPU's,
     the GPU preset's, a profile file)."""
+    band: BandOut
+    """Basis of the error bands in `time_s` and `memory_gib`."""
+
+
+class RobustnessOut(_Out):
+    """Robustness of a layout (`autoparallel.search.robust`); lower penalty = more robust."""
+
+    score_s: float
+    """step x (1 + penalty), seconds: the order of the tied group under `--rank-by robust`."""
+    penalty: float
+    """net_sensitivity + gemm_sensitivity + exposed_comm_share + 0.10 x memory_used
+    + 0.02 x (parallel_dims - 1) + 0.05 x (TP x EP across the scale-up domain)."""
+    net_sensitivity: float
+    """Step time with 20 % less scale-out bandwidth / step - 1."""
+    gemm_sensitivity: float
+    """Step time with 10 % lower GEMM efficiency / step - 1."""
+    exposed_comm_share: float
+    """Exposed communication / step, 0-1."""
+    memory_used: float
+    """Memory total / usable, 0-1."""
+    parallel_dims: int
+    """How many of dp, tp, pp, cp, ep exceed 1."""
+    tp_ep_in_node: bool
+    """Whether tp x ep fits in the scale-up domain."""
 
 
 class RankedOut(EstimateOut):
     """One ranked layout of a plan."""
 
     rank: int
-    """1 = fastest."""
+    """1 = first under `rank_by` (fastest for `time`)."""
+    tied: bool
+    """Whether this layout's step band overlaps the fastest layout's (its step_low <= the
+    fastest's step_high): the model cannot tell them apart."""
+    robustness: RobustnessOut
+    """Robustness penalty and its terms."""
 
 
 class _ProblemOut(_Out):
@@ -175,18 +244,141 @@ class PlanOut(_Out):
     """Valid layouts that fit in usable memory."""
     search_s: float
     """Wall time of the search, seconds."""
+    rank_by: str
+    """`time` (fastest first) or `robust` (the tied group by robust score first)."""
+    n_tied: int
+    """Fitting layouts tied with the fastest (band overlap)."""
     ranked: list[RankedOut]
-    """The best fitting layouts, fastest first (at most `--top`)."""
+    """The best fitting layouts in `rank_by` order (at most `--top`)."""
+
+
+class CapacityJobOut(_Out):
+    """The job planned for."""
+
+    model: str
+    """Model name."""
+    tokens: float
+    """Token budget of the run."""
+    seq_len: int
+    """Tokens per sequence."""
+    global_batch: int
+    """Sequences per optimizer step."""
+    global_batch_tokens: int
+    """Tokens per optimizer step (global_batch x seq_len)."""
+    rank_by: str
+    """How each row's layout was chosen: time (fastest) or robust."""
+
+
+class AssumptionsOut(_Out):
+    """Goodput and energy assumptions (defaults and sources: `autoparallel.capacity_model`)."""
+
+    mtbf_gpu_hours: float
+    """Mean time between job interruptions per GPU, hours (default from the Llama 3 report: 419
+    interruptions in 54 days on 16,384 H100)."""
+    ckpt_write_s: float
+    """Seconds a checkpoint stalls training."""
+    ckpt_restore_s: float
+    """Seconds from an interruption to training again."""
+    power_fraction: float
+    """Average GPU power / TDP."""
+    node_overhead: float
+    """Host power per watt of GPU power."""
+    pue: float
+    """Data-centre power usage effectiveness."""
+
+
+class CapacityRowOut(_Out):
+    """One GPU kind and count. `_low` / `_high`: the same figure at the fast / slow end of the
+    step-time band (for tokens_per_s, `_low` is the slow end)."""
+
+    gpu: str
+    """GPU preset name."""
+    n_gpus: int
+    """GPUs in the job."""
+    fits: bool
+    """Whether any layout fits; when false the other fields are absent."""
+    layout: str | None
+    """The chosen layout (slug)."""
+    step_s: float | None = None
+    """Predicted step time, seconds."""
+    step_low_s: float | None = None
+    """Lower end of the step-time band, seconds."""
+    step_high_s: float | None = None
+    """Upper end of the step-time band, seconds."""
+    mfu: float | None = None
+    """Model FLOPs utilisation, 0-1."""
+    goodput: float | None = None
+    """Share of wall time that advances training (checkpoints, lost work and restarts removed)."""
+    checkpoint_interval_s: float | None = None
+    """Young/Daly interval sqrt(2 x write time x job MTBF), seconds."""
+    job_mtbf_h: float | None = None
+    """Mean time between interruptions of the whole job, hours."""
+    band_level: str | None = None
+    """Which residuals the step band uses (see `band.step_level` of the estimate schema)."""
+    tokens_per_s: float | None = None
+    """Training throughput of the job, tokens/s (no interruptions)."""
+    tokens_per_s_low: float | None = None
+    """Throughput at the slow end of the band."""
+    tokens_per_s_high: float | None = None
+    """Throughput at the fast end of the band."""
+    days: float | None = None
+    """Wall-clock days to train the token budget, goodput included."""
+    days_low: float | None = None
+    """Days at the fast end of the band."""
+    days_high: float | None = None
+    """Days at the slow end of the band (the pessimistic figure `--deadline` uses)."""
+    gpu_hours: float | None = None
+    """days x 24 x n_gpus."""
+    gpu_hours_low: float | None = None
+    """GPU-hours at the fast end."""
+    gpu_hours_high: float | None = None
+    """GPU-hours at the slow end."""
+    cost: float | None = None
+    """gpu_hours x the price given for this GPU kind (null without --price)."""
+    cost_low: float | None = None
+    """Cost at the fast end."""
+    cost_high: float | None = None
+    """Cost at the slow end."""
+    energy_mwh: float | None = None
+    """gpu_hours x TDP x power_fraction x (1 + node_overhead) x PUE, MWh (null without a TDP)."""
+    energy_mwh_low: float | None = None
+    """Energy at the fast end, MWh."""
+    energy_mwh_high: float | None = None
+    """Energy at the slow end, MWh."""
+
+
+class DeadlineOut(_Out):
+    """Answer to `--deadline`."""
+
+    days: float
+    """The deadline, days."""
+    smallest_n_gpus: dict[str, int | None]
+    """Per GPU kind, the smallest count evaluated whose days_high meets the deadline (null: none)."""
+
+
+class CapacityOut(_Out):
+    """Output of `autoparallel capacity --format json`."""
+
+    schema_version: str
+    """`SCHEMA_VERSION` of this output."""
+    job: CapacityJobOut
+    """Model, tokens, sequence length and global batch."""
+    assumptions: AssumptionsOut
+    """Goodput and energy assumptions used."""
+    rows: list[CapacityRowOut]
+    """One row per GPU kind and count."""
+    deadline: DeadlineOut | None
+    """Smallest count per GPU kind meeting `--deadline` (null when not asked)."""
 
 
 _SCHEMAS = {
-    "estimate": EstimateOut, "plan": PlanOut, "model": ModelSpec, "gpu": GPUSpec,
-    "profile": Profile, "layout": Layout, "stack": StackSpec, "job": JobSpec,
+    "estimate": EstimateOut, "plan": PlanOut, "capacity": CapacityOut, "model": ModelSpec,
+    "gpu": GPUSpec, "profile": Profile, "layout": Layout, "stack": StackSpec, "job": JobSpec,
 }
 
 
 def schema_for(what: str) -> dict:
-    """JSON Schema of `what` (estimate, plan, model, gpu, profile, layout, stack, job)."""
+    """JSON Schema of `what` (estimate, plan, capacity, model, gpu, profile, layout, stack, job)."""
     if what not in _SCHEMAS:
         raise SpecError(f"`schema` {what!r} unknown; choose one of {', '.join(_SCHEMAS)}")
     schema = _SCHEMAS[what].model_json_schema()

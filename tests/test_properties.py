@@ -83,7 +83,9 @@ def test_every_item_non_negative_and_sums(model, tp, pp, vp, zero, rc, mb, ep):
     mem, tm = r["memory_gib"], r["time_s"]
     parts = ("params", "grads", "optimizer", "activations", "embedding_logits", "overhead")
     assert np.isclose(sum(mem[k] for k in parts), mem["total"], rtol=1e-12)
-    assert np.isclose(sum(v for k, v in tm.items() if k != "step"), tm["step"], rtol=1e-12)
+    items = [v for k, v in tm.items() if k not in ("step", "step_low", "step_high")]
+    assert np.isclose(sum(items), tm["step"], rtol=1e-12)  # the band ends are not items
+    assert tm["step_low"] < tm["step"] < tm["step_high"] and mem["total_high"] > mem["total"]
     assert 0 < r["mfu"] < 1
 
 

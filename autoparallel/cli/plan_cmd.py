@@ -12,6 +12,7 @@ from rich.table import Table
 from ..errors import InfeasibleError, SpecError
 from ..search.explain import largest_costs, nothing_fits_message, why_first
 from ..search.plan import plan
+from ..search.robust import RANK_BY, why_recommended
 from . import app
 from .render import make_console
 from .options import Fmt, ProblemOptions, SearchOptions, with_options
@@ -26,18 +27,29 @@ def print_plan(result, console: Console) -> None:
     )
     table = Table(show_edge=False)
     for col, justify in (("rank", "right"), ("layout", "left"), ("mem GiB", "right"),
-                         ("step s", "right"), ("MFU", "right"), ("tok/s/GPU", "right")):
+                         ("mem high", "right"), ("step s", "right"), ("band s (p10-p90)", "right"),
+                         ("tied", "left"), ("robust s", "right"), ("MFU", "right"),
+                         ("tok/s/GPU", "right")):
         table.add_column(col, justify=justify)
     for rec in result.records():
         lay = rec["layout"]
         sp = "-sp" if lay["sp"] else ""
         slug = (f"dp{lay['dp']}-tp{lay['tp']}-pp{lay['pp']}-vp{lay['vp']}-cp{lay['cp']}-ep{lay['ep']}"
                 f"-z{lay['zero']}-r{lay['recompute']}{sp}-mb{lay['micro_batch']}")
+        ts = rec["time_s"]
         table.add_row(str(rec["rank"]), slug, f"{rec['memory_gib']['total']:.1f}",
-                      f"{rec['time_s']['step']:.3f}", f"{rec['mfu'] * 100:.1f}%",
+                      f"{rec['memory_gib']['total_high']:.1f}", f"{ts['step']:.3f}",
+                      f"{ts['step_low']:.3g}-{ts['step_high']:.3g}", "tied" if rec["tied"] else "",
+                      f"{rec['robustness']['score_s']:.3g}", f"{rec['mfu'] * 100:.1f}%",
                       f"{rec['tokens_per_s_per_gpu']:,.0f}")
     console.print(table)
-    console.print(why_first(result.ranked))
+    if result.rank_by == "time":
+        console.print(why_first(result.ranked))
+    console.print(why_recommended(result))
+    band = result.records()[0]["band"] if len(result.ranked) else None
+    if band:
+        console.print(f"[dim]bands: {band['note']} ({', '.join(band['step_sources']) or 'none'}); "
+                      "docs/validation.md#error-bands[/dim]")
     console.print(f"#1 largest costs: {largest_costs(result.ranked, 0)}")
     if result.reject_counts:
         counts = ", ".join(f"{k} {v:,}" for k, v in sorted(result.reject_counts.items(), key=lambda kv: -kv[1]))
@@ -63,6 +75,7 @@ def plan_command(
     keep: Annotated[int, typer.Option(help="Fitting layouts stored as Optuna trials.")] = 1000,
     storage: Annotated[Optional[str], typer.Option(help="Optuna storage URL (sqlite:///plan.db, postgresql://...).", show_default=False)] = None,
     study: Annotated[Optional[str], typer.Option(help="Optuna study name.", show_default=False)] = None,
+    rank_by: Annotated[str, typer.Option("--rank-by", help="time (fastest first) or robust (layouts tied with the fastest within the error band, by step x (1 + robustness penalty)).")] = "time",
 ) -> None:
     """Rank every layout that fits, fastest first, and explain the winner."""
     if top < 1:
@@ -78,10 +91,12 @@ def plan_command(
 
         run_pareto(problem, sp_space, rules, objectives[1], top, fmt, storage, study)
         return
+    if rank_by not in RANK_BY:
+        raise SpecError(f"`--rank-by` = {rank_by!r}: choose {' or '.join(RANK_BY)}")
     if keep < 0:
         raise SpecError(f"`--keep` = {keep}: must be 0 (no Optuna study) or more")
     result = plan(problem, sp_space, top=top, rules=rules, keep=keep, storage=storage,
-                  study_name=study, with_study=keep > 0, target=target)
+                  study_name=study, with_study=keep > 0, target=target, rank_by=rank_by)
     if fmt == Fmt.json:
         typer.echo(json.dumps(result.to_json(), indent=2))
     elif fmt == Fmt.csv:

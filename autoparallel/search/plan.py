@@ -11,8 +11,10 @@ from ..cost.arch import build_arch
 from ..cost.memory import memory_ledger
 from ..evaluate import Evaluation, evaluate
 from ..rules import RULES, Reject, active_rules, check_rules
+from ..errors import SpecError
 from ..specs.problem import Problem
 from .enumerate import enumerate_layouts
+from .robust import RANK_BY, robust_order, robustness, tied_with_first
 from .space import SearchSpace
 
 
@@ -42,10 +44,25 @@ class PlanResult:
     """Optuna storage URL, None for in memory."""
     target: str | None = None
     """Launcher the ranked layouts must be expressible in (see `autoparallel.exporters`)."""
+    rank_by: str = "time"
+    """`time`: fastest first; `robust`: the layouts tied with the fastest, most robust first
+    (`search.robust`)."""
+    tied: np.ndarray | None = None
+    """Per survivor: its error band overlaps the fastest layout's."""
+    robustness: dict[str, np.ndarray] | None = None
+    """Per survivor: robustness penalty and its terms (`search.robust.robustness`)."""
+    band_low: np.ndarray | None = None
+    """Per survivor: `step_low` of its error band, seconds."""
+    band_high: np.ndarray | None = None
+    """Per survivor: `step_high` of its error band, seconds."""
 
     def records(self) -> list[dict]:
-        """Ranked layouts in the estimate JSON schema plus `rank`."""
-        return [{"rank": i + 1, **self.ranked.record(i)} for i in range(len(self.ranked))]
+        """Ranked layouts in the estimate JSON schema plus `rank`, `tied` and `robustness`."""
+        from .robust import record_of
+
+        bands = self.ranked.bands()
+        return [{"rank": i + 1, **self.ranked.record(i, bands), "tied": bool(self.tied[i]),
+                 "robustness": record_of(self.robustness, i)} for i in range(len(self.ranked))]
 
     def to_frame(self):
         """Ranked layouts as a pandas DataFrame in the sweep CSV schema."""
@@ -64,6 +81,8 @@ class PlanResult:
             "n_valid": self.n_valid,
             "n_fit": self.n_fit,
             "search_s": self.search_s,
+            "rank_by": self.rank_by,
+            "n_tied": int(np.count_nonzero(self.tied)) if self.tied is not None else 0,
             "ranked": self.records(),
         }
 
@@ -96,6 +115,7 @@ def plan(
     with_study: bool = False,
     n_nearest: int = 5,
     target: str | None = None,
+    rank_by: str = "time",
 ) -> PlanResult:
     """Search every layout of `problem` (optionally narrowed by `space`) and rank those that fit.
 
@@ -111,6 +131,8 @@ def plan(
         n_nearest: when nothing fits, how many nearest misses to return.
         target: keep only layouts this launcher can express (megatron, torchtitan, deepspeed,
             nanotron, slurm); the others are counted under `target_<name>` in `reject_counts`.
+        rank_by: `time` (fastest first) or `robust` (the layouts whose error band overlaps the
+            fastest's, most robust first, then the rest; see `search.robust`).
 
     Example:
         >>> from autoparallel import make_problem
@@ -119,6 +141,8 @@ def plan(
         True
     """
     t0 = time.perf_counter()
+    if rank_by not in RANK_BY:
+        raise SpecError(f"`rank_by` = {rank_by!r}: choose {' or '.join(RANK_BY)}")
     space = space or SearchSpace()
     rules = active_rules() if rules is None else rules
     arch = build_arch(problem.model)
@@ -143,6 +167,14 @@ def plan(
                        for i in range(len(survivors))], dtype=bool)
         target_rejected = int(np.count_nonzero(~ok))
         survivors = survivors.take(np.flatnonzero(ok))
+    bands = survivors.bands()
+    tied = tied_with_first(bands.step_low, bands.step_high)
+    rob = robustness(survivors, bands.comm_share)
+    if rank_by == "robust":
+        order = robust_order(survivors.time["step"], tied, rob["score"])
+        survivors = survivors.take(order)
+        tied, rob = tied[order], {k: v[order] for k, v in rob.items()}
+        bands = survivors.bands()
     nearest = None
     if len(survivors) == 0 and len(valid_idx):
         miss = valid.take(np.flatnonzero(oom))
@@ -152,7 +184,8 @@ def plan(
         problem=problem, space=space, n_layouts=len(table), n_valid=len(valid_idx),
         n_fit=len(survivors), search_s=0.0, ranked=survivors.take(np.arange(min(top, len(survivors)))),
         survivors=survivors, nearest=nearest, reject_counts=count_rejections(flags),
-        target=target,
+        target=target, rank_by=rank_by, tied=tied, robustness=rob, band_low=bands.step_low,
+        band_high=bands.step_high,
     )
     if target_rejected:
         result.reject_counts[f"target_{target}"] = target_rejected

@@ -94,6 +94,8 @@ class GPUSpec(Spec):
     """Scale-out network bandwidth per GPU, Gbit/s."""
     nvls: bool = False
     """Whether all-reduce inside the scale-up domain can use NVLink SHARP."""
+    tdp_w: PositiveFloat | None = None
+    """Maximum board power (TDP) of one GPU, watts (energy estimates of `autoparallel capacity`)."""
     profile: dict[str, float] = Field(default_factory=dict)
     """Overrides of `Profile` defaults that apply to this GPU (calibrated where the preset says so)."""
     reference_profile: dict[str, float] | None = None

@@ -1,0 +1,142 @@
+"""Near-ties and a robust pick among them.
+
+The planner's step times are uncertain by the error band of `autoparallel.bands` (about
+-30 %..+15 % on calibrated GPUs), while the top layouts of a plan are often within a few percent
+of each other: ranking inside the band is noise. So:
+
+- **tied**: a layout whose band overlaps the fastest layout's band (its `step_low` is at most the
+  fastest's `step_high`) is tied with it.
+- **robustness penalty** (lower is better), in units of a fractional slowdown:
+
+      penalty = net_sensitivity + gemm_sensitivity + exposed_comm_share
+                + 0.10 x memory_used + 0.02 x (parallel_dims - 1) + 0.05 x [tp x ep leaves the node]
+
+  - `net_sensitivity`: step time with the scale-out (NIC) bandwidth 20 % lower / step - 1
+    (congestion, a degraded rail, a slower fabric than the preset's);
+  - `gemm_sensitivity`: step time with `gemm_efficiency` 10 % lower / step - 1 (a slower kernel
+    library or clock than calibrated);
+  - `exposed_comm_share`: exposed TP + CP + EP + PP + DP communication / step (the least
+    certain items, docs/validation.md);
+  - `memory_used`: memory total / usable (headroom against fragmentation and the memory band);
+  - `parallel_dims`: how many of dp, tp, pp, cp, ep exceed 1 (each is a code path, a group and
+    a failure mode more);
+  - the last term: tensor or expert parallelism crossing the scale-up domain.
+
+  The weights make the measured sensitivities dominate; the last three terms separate layouts
+  that are otherwise alike. Both perturbations re-run the time ledger on the whole survivor
+  table (vectorised, one extra ledger per perturbation).
+- **robust score** = step x (1 + penalty), seconds: the step time priced with its risks. The
+  band alone ties far too much to choose by the penalty alone: on calibrated GPUs the p10-p90
+  band spans about x0.94-x1.5 of the prediction, so layouts up to ~1.6 x slower than the fastest
+  overlap it (thousands in a 70B plan); the score keeps speed in the choice and lets robustness
+  decide between layouts of similar speed.
+
+`plan(..., rank_by="robust")` orders the tied group by robust score ahead of the rest;
+`rank_by="time"` keeps the fastest first and still reports `tied` and `robustness`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..cost.time import time_ledger
+from ..evaluate import Evaluation
+
+NET_DROP = 0.20
+"""Fractional drop of the scale-out bandwidth in the network perturbation."""
+GEMM_DROP = 0.10
+"""Fractional drop of `gemm_efficiency` in the compute perturbation."""
+W_MEMORY, W_DIMS, W_CROSS_NODE = 0.10, 0.02, 0.05
+"""Weights of memory use, extra parallel dimensions and TP x EP across the scale-up domain."""
+RANK_BY = ("time", "robust")
+ROBUSTNESS_KEYS = ("score", "penalty", "net_sensitivity", "gemm_sensitivity", "exposed_comm_share",
+                   "memory_used", "parallel_dims", "tp_ep_in_node")
+
+
+def perturbed_steps(ev: Evaluation) -> tuple[np.ndarray, np.ndarray]:
+    """Step seconds of every row with the network 20 % slower, and with GEMMs 10 % slower."""
+    p = ev.problem
+    c = p.cluster
+    slow_net = p.model_copy(update={"cluster": c.model_copy(
+        update={"inter_gb_per_s": c.inter_bytes_per_s * (1 - NET_DROP) / 1e9})})
+    slow_gemm = p.model_copy(update={"profile": p.profile.model_copy(
+        update={"gemm_efficiency": p.profile.gemm_efficiency * (1 - GEMM_DROP)})})
+    with np.errstate(divide="ignore", invalid="ignore"):
+        net = time_ledger(slow_net, ev.arch, ev.table)["step"]
+        gemm = time_ledger(slow_gemm, ev.arch, ev.table)["step"]
+    return net, gemm
+
+
+def robustness(ev: Evaluation, comm_share: np.ndarray) -> dict[str, np.ndarray]:
+    """The penalty and its terms for every row (see the module docstring)."""
+    step = ev.time["step"]
+    net, gemm = perturbed_steps(ev)
+    t = ev.table
+    dims = sum((t[k] > 1).astype(int) for k in ("dp", "tp", "pp", "cp", "ep"))
+    in_node = t["tp"] * t["ep"] <= ev.problem.cluster.nvlink_domain
+    used = ev.memory["total"] / ev.memory["usable"]
+    out = {"net_sensitivity": net / step - 1.0, "gemm_sensitivity": gemm / step - 1.0,
+           "exposed_comm_share": np.asarray(comm_share, dtype=float), "memory_used": used,
+           "parallel_dims": dims, "tp_ep_in_node": in_node}
+    out["penalty"] = (out["net_sensitivity"] + out["gemm_sensitivity"] + out["exposed_comm_share"]
+                      + W_MEMORY * used + W_DIMS * np.maximum(dims - 1, 0)
+                      + W_CROSS_NODE * (~in_node))
+    out["score"] = step * (1.0 + out["penalty"])
+    return out
+
+
+def tied_with_first(step_low: np.ndarray, step_high: np.ndarray) -> np.ndarray:
+    """Rows (fastest first) whose band overlaps row 0's band."""
+    if not len(step_low):
+        return np.zeros(0, dtype=bool)
+    return step_low <= step_high[0]
+
+
+def robust_order(step: np.ndarray, tied: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """Indices: the tied rows by robust score (then step), then the others in their given order."""
+    idx = np.arange(len(step))
+    head = idx[tied][np.lexsort((step[tied], score[tied]))]
+    return np.concatenate([head, idx[~tied]])
+
+
+def record_of(rob: dict[str, np.ndarray], i: int) -> dict:
+    """Row i's robustness as the plan JSON carries it."""
+    return {"score_s": float(rob["score"][i]), "penalty": float(rob["penalty"][i]), "net_sensitivity": float(rob["net_sensitivity"][i]),
+            "gemm_sensitivity": float(rob["gemm_sensitivity"][i]),
+            "exposed_comm_share": float(rob["exposed_comm_share"][i]),
+            "memory_used": float(rob["memory_used"][i]),
+            "parallel_dims": int(rob["parallel_dims"][i]),
+            "tp_ep_in_node": bool(rob["tp_ep_in_node"][i])}
+
+
+def why_recommended(result) -> str:
+    """One line: how many layouts tie with the fastest and why the recommended one was chosen."""
+    n_tied = int(np.count_nonzero(result.tied))
+    rob = result.robustness
+    if not n_tied:
+        return ""
+    step = result.survivors.time["step"]
+    fastest = int(np.argmin(step))
+    best = int(np.argmin(np.where(result.tied, rob["score"], np.inf)))
+    slug = result.survivors.table.row(best).slug
+    lo, hi = result.band_low[fastest], result.band_high[fastest]
+    head = (f"{n_tied:,} layout(s) tie with the fastest within its error band "
+            f"({lo:.3g}-{hi:.3g} s per step)")
+    if n_tied == 1:
+        return head + "; nothing to choose between."
+    r = record_of(rob, best)
+    if best == fastest:
+        choice = f"the fastest, {slug}, also has the best robust score ({r['score_s']:.3g} s)"
+    else:
+        choice = (f"best robust score: {slug} ({(step[best] / step[fastest] - 1):+.1%} step time, "
+                  f"score {r['score_s']:.3g} s vs {rob['score'][fastest]:.3g} s for the fastest)")
+    text = (f"{head}; {choice}: penalty {r['penalty']:.3f} "
+            f"(network -20 %: {r['net_sensitivity']:+.1%}, GEMM -10 %: {r['gemm_sensitivity']:+.1%}, "
+            f"exposed comm {r['exposed_comm_share']:.0%}, memory {r['memory_used']:.0%} of usable, "
+            f"{r['parallel_dims']} parallel dims, TP x EP {'inside' if r['tp_ep_in_node'] else 'across'} "
+            "the node)")
+    if best == fastest:
+        return text + "."
+    if result.rank_by == "robust":
+        return text + "; ranked first (--rank-by robust)."
+    return text + "; --rank-by robust ranks it first."
