@@ -18,11 +18,14 @@ def _row(q, stack, gpu, regime, runs, p10, p90):
 
 
 def test_shipped_table_h100_compute_band_matches_its_quantiles():
-    """An H100 compute-bound estimate uses the shipped gpu-level compute row: low = step x
-    exp(-p90), high = step x exp(-p10) (p10/p90 from autoparallel/data/error_bands.csv)."""
+    """An H100 compute-bound estimate of a stack without H100 runs (DeepSpeed) uses the shipped
+    gpu-level compute row: low = step x exp(-p90), high = step x exp(-p10) (p10/p90 from
+    autoparallel/data/error_bands.csv); the default stack has its own (stack+gpu) row."""
     row = load_bands()[("step", ANY, "h100", "compute")]
     assert row.runs >= 50 and row.p10 < 0 < row.p90
-    p = make_problem("llama3-8b", "h100", 8, 4096, 64)
+    mc = estimate(make_problem("llama3-8b", "h100", 8, 4096, 64), Layout(zero=1))
+    assert mc["band"]["step_level"] == "stack+gpu"
+    p = make_problem("llama3-8b", "h100", 8, 4096, 64, stack="deepspeed")
     r = estimate(p, Layout(zero=1))
     t = r["time_s"]
     assert r["band"]["regime"] == "compute" and r["band"]["step_level"] == "gpu"

@@ -5,6 +5,7 @@ import dataclasses
 import tomllib
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from autoparallel.presets import load_gpu, load_profile
@@ -128,3 +129,25 @@ def test_identification_flags_knobs_the_runs_cannot_pin(h100_cases):
     res = fit(runs, base, knobs=["gemm_efficiency", "latency_base_us"], prior_weight=1.0)
     assert res.identified("gemm_efficiency") and res.std["gemm_efficiency"] < 0.05
     assert not res.identified("latency_base_us")
+
+
+def test_calibrate_one_stack_writes_a_stack_profile_that_validate_applies_to_it(tmp_path):
+    # `--stack fsdp`: only llm-foundry's H100 runs of the subset are fitted, and the file says so
+    out = tmp_path / "h100-fsdp.toml"
+    r = run_cli("calibrate", "--runs", SUBSET, "--gpu", "h100", "--stack", "fsdp", "--output", out,
+                "--knobs", "gemm_efficiency", "--no-loso")
+    assert r.returncode == 0, r.stderr
+    data = tomllib.loads(out.read_text())
+    assert data["stack"] == "fsdp" and data["fit"]["runs"] == 3  # GT0296, GT0330, GT0357
+    # applied by `validate --profile` to that stack's runs only
+    base, fitted = tmp_path / "a.csv", tmp_path / "b.csv"
+    assert run_cli("validate", "--runs", SUBSET, "--output", base).returncode == 0
+    assert run_cli("validate", "--runs", SUBSET, "--output", fitted, "--profile", out).returncode == 0
+    a = pd.read_csv(base).set_index("row_id")["predicted_step_s"]
+    b = pd.read_csv(fitted).set_index("row_id")["predicted_step_s"]
+    mine = ["GT0296", "GT0330", "GT0357"]
+    assert not np.allclose(a[mine], b[mine])
+    np.testing.assert_allclose(a.drop(index=mine), b.drop(index=mine), rtol=1e-12)
+    # `validate --stack` keeps that stack's runs
+    r = run_cli("validate", "--runs", SUBSET, "--stack", "nanotron")
+    assert r.returncode == 0 and "2 used (stack nanotron)" in r.stdout

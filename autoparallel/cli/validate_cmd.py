@@ -124,7 +124,8 @@ def validate_command(
     runs, frame, cases, skipped = _load(runs, include_fp16, stack)
     profiles = profiles_from_files(profile or [])
     console = _console()
-    console.print(f"{len(frame)} rows in {runs}: {len(cases)} used, {len(skipped)} skipped")
+    only = f" (stack {cases[0].stack})" if stack and cases else ""
+    console.print(f"{len(frame)} rows in {runs}: {len(cases)} used{only}, {len(skipped)} skipped")
     pred = predict(cases, profiles)
     _print_report(console, pred, skipped, "step-time error per source (prediction / measurement - 1)")
     if output:
