@@ -139,6 +139,19 @@ def megatron_parser() -> _Parser:
     a("--moe-ffn-hidden-size", type=int, default=None)
     a("--moe-shared-expert-intermediate-size", type=int, default=None)
     a("--moe-layer-freq", default="1")
+    # model definition (TransformerConfig fields; Megatron-LM d98e8a64 arguments.py)
+    a("--normalization", choices=["LayerNorm", "RMSNorm"], default="LayerNorm")
+    a("--position-embedding-type", default="learned_absolute",
+      choices=["learned_absolute", "rope", "yarn", "mrope", "relative", "none"])
+    a("--rotary-base", type=int, default=10000)
+    a("--disable-bias-linear", action="store_false", dest="add_bias_linear")
+    a("--make-vocab-size-divisible-by", type=int, default=128)
+    # gradient dtype and data-parallel buckets (mixed precision / distributed groups)
+    a("--grad-reduce-in-bf16", action="store_true")
+    a("--accumulate-allreduce-grads-in-fp32", action="store_true")
+    a("--megatron-fsdp-main-grads-dtype", choices=["fp32", "bf16", "fp16", "auto"],
+      default="auto")
+    a("--ddp-bucket-size", type=int, default=None)
     a("--multi-latent-attention", action="store_true")
     a("--q-lora-rank", type=int, default=None)
     a("--kv-lora-rank", type=int, default=None)
@@ -205,8 +218,15 @@ def megatron_layout(words: list[str], world: int, env: dict) -> dict:
         if tp > 1 or cp > 1:
             _need(env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1",
                   "TP/CP on Hopper asserts CUDA_DEVICE_MAX_CONNECTIONS=1")
+    # validate_args: with --bf16, fp32 main grads unless --grad-reduce-in-bf16; Megatron-FSDP's
+    # `auto` main-grad dtype is the bf16 parameter dtype
+    # (--grad-reduce-in-bf16 wins over --accumulate-allreduce-grads-in-fp32 there)
+    grad = "bf16" if g.grad_reduce_in_bf16 else "fp32"
+    if g.use_megatron_fsdp:
+        grad = {"auto": "bf16"}.get(g.megatron_fsdp_main_grads_dtype,
+                                    g.megatron_fsdp_main_grads_dtype)
     rc = g.recompute_granularity or "none"
-    return dict(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, recompute=rc,
+    return dict(grad_dtype=grad, dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, recompute=rc,
                 sp=bool(g.sequence_parallel and tp > 1), micro_batch=mbs, micro_batches=m,
                 world=world, args=g)
 
@@ -245,6 +265,7 @@ def sbatch_layout(text: str) -> dict:
 # --------------------------------------------------------------------------- TorchTitan TOML
 
 TITAN_KEYS = {  # launchers.md §3.2 (legacy JobConfig sections)
+    "model": {"name", "flavor"},
     "training": {"local_batch_size", "global_batch_size", "seq_len", "dtype",
                  "mixed_precision_param", "mixed_precision_reduce", "steps"},
     "parallelism": {"data_parallel_replicate_degree", "data_parallel_shard_degree",
@@ -319,15 +340,59 @@ def torchtitan_layout(text: str, world: int, n_layers: int) -> dict:
     if fsdp:
         _need(rep == 1, "HSDP is not what the plan costs")
     mode = cfg.get("activation_checkpoint", {}).get("mode", "selective")
+    model = cfg.get("model", {})
     return dict(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, recompute=mode, sp=tp > 1,
                 micro_batch=mbs, micro_batches=m, world=world, seq_len=seq, global_batch=gbs,
-                config=cfg)
+                model=(model.get("name", "llama3"), model.get("flavor", "debugmodel")),
+                grad_dtype=tr.get("mixed_precision_reduce", "float32"), config=cfg)
+
+
+def torchtitan_module_values(text: str) -> dict:
+    """The TOML-equivalent tables of a 0.3 config module, read with Python's `ast` (not run):
+    `config.training.X = v` lines, the `ParallelismConfig(...)` keywords, the activation
+    checkpoint class and the registry function imported. Feed them to `torchtitan_layout` as
+    TOML text to apply the same checks."""
+    import ast
+
+    tree = ast.parse(text)
+    training, parallelism, ac, model = {}, {}, "none", None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and ".config_registry" in node.module:
+            model = (node.module.split(".")[2], node.names[0].name)
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Attribute):
+            target = ast.unparse(node.targets[0])
+            if target.startswith("config.training."):
+                training[target.rsplit(".", 1)[1]] = ast.literal_eval(node.value)
+            elif target == "config.parallelism":
+                _need(ast.unparse(node.value.func) == "ParallelismConfig", "ParallelismConfig")
+                parallelism = {k.arg: ast.literal_eval(k.value) for k in node.value.keywords}
+            elif target == "config.activation_checkpoint":
+                ac = {"None": "none", "SelectiveAC.Config()": "selective",
+                      "FullAC.Config()": "full"}[ast.unparse(node.value)]
+    _need(model is not None, "no registry config imported: the model is not named")
+    return dict(training=training, parallelism=parallelism, ac=ac, model=model)
+
+
+def torchtitan_module_layout(text: str, world: int, n_layers: int) -> dict:
+    """The layout a 0.3 config module starts (same checks as the TOML reader)."""
+    v = module = torchtitan_module_values(text)
+    tr = {k: x for k, x in v["training"].items() if k != "disable_cuda_graphs"}
+    par = {k: x for k, x in v["parallelism"].items() if k != "enable_sequence_parallel"}
+    if par.get("pipeline_parallel_degree", 1) > 1:
+        _need(v["training"].get("disable_cuda_graphs") is True,
+              "0.3.0: CUDA graphs do not support pipeline parallelism")
+    lines = ["[training]"] + [f"{k} = {json.dumps(x)}" for k, x in tr.items()]
+    lines += ["[parallelism]"] + [f"{k} = {json.dumps(x)}" for k, x in par.items()]
+    lines += ["[activation_checkpoint]", f'mode = "{v["ac"]}"']
+    out = torchtitan_layout("\n".join(lines), world, n_layers)
+    out["model"] = module["model"]
+    return out
 
 
 # --------------------------------------------------------------------------- DeepSpeed JSON
 
 DS_KEYS = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-           "bf16", "zero_optimization"}
+           "bf16", "zero_optimization", "data_types", "activation_checkpointing"}
 
 
 def deepspeed_layout(text: str, world: int) -> dict:
@@ -341,8 +406,12 @@ def deepspeed_layout(text: str, world: int) -> dict:
     stage = cfg.get("zero_optimization", {}).get("stage", 0)
     _need(stage in (0, 1, 2, 3), "zero stage")
     _need(cfg.get("bf16", {}).get("enabled") is True, "the plan assumes bf16")
-    return dict(dp=world, tp=1, pp=1, vp=1, cp=1, ep=1, zero=stage, recompute="none", sp=False,
-                micro_batch=mbs, micro_batches=accum, world=world, global_batch=gbs)
+    recompute = "full" if "activation_checkpointing" in cfg else "none"
+    grad = cfg.get("data_types", {}).get("grad_accum_dtype")
+    return dict(dp=world, tp=1, pp=1, vp=1, cp=1, ep=1, zero=stage, recompute=recompute,
+                sp=False, micro_batch=mbs, micro_batches=accum, world=world, global_batch=gbs,
+                grad_dtype=grad, overlap_comm=cfg["zero_optimization"].get("overlap_comm"),
+                config=cfg)
 
 
 # --------------------------------------------------------------------------- Nanotron YAML
@@ -380,4 +449,5 @@ def nanotron_layout(text: str, world: int) -> dict:
     return dict(dp=dp, tp=tp, pp=pp, vp=1, cp=cp, ep=ep, zero=zero,
                 recompute="full" if par.get("recompute_layer") else "none",
                 sp=mode == "REDUCE_SCATTER", micro_batch=mbs, micro_batches=accum, world=world,
+                grad_dtype="fp32" if cfg["optimizer"].get("accumulate_grad_in_fp32") else "bf16",
                 global_batch=mbs * accum * dp, pp_engine=par.get("pp_engine", "afab"), config=cfg)

@@ -24,20 +24,29 @@ bash = shutil.which("bash")
 
 
 def test_rank_exports_the_planned_layout():
+    """`export --rank N --target X` is row N of `plan --target X` (ranks count among the layouts
+    X can launch), so `--rank 2 --target deepspeed` exists where `plan --target deepspeed` has 2."""
     problem = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512)
-    best = plan(problem, top=20)
-    rank = next(i for i in range(len(best.ranked))
-                if not check("megatron", problem, best.ranked.table.row(i)))
-    want = best.ranked.table.row(rank)
-    r = run_cli("export", "--target", "megatron", *PROBLEM, "--rank", str(rank + 1))
+    best = plan(problem, top=2, target="megatron")
+    want = best.ranked.table.row(1)
+    r = run_cli("export", "--target", "megatron", *PROBLEM, "--rank", "2")
     assert r.returncode == 0, r.stderr
     got = megatron_script_layout(r.stdout)
     assert all(got[k] == getattr(want, k) for k in ("dp", "tp", "pp", "vp", "cp", "zero",
                                                     "micro_batch"))
-    r = run_cli("export", "--target", "torchtitan", *PROBLEM, "--rank", "1")
+    r = run_cli("export", "--target", "torchtitan", "--target-version", "0.2.2", *PROBLEM,
+                "--rank", "1")
     assert r.returncode == 0, r.stderr
     assert tomllib.loads(r.stdout)["parallelism"]["tensor_parallel_degree"] == \
-        best.ranked.table.row(0).tp
+        plan(problem, top=1, target="torchtitan").ranked.table.row(0).tp
+    ds = plan(problem, top=2, target="deepspeed")
+    assert len(ds.ranked) == 2 and check("deepspeed", problem, plan(problem, top=1).ranked.table.row(0))
+    r = run_cli("export", "--target", "deepspeed", *PROBLEM, "--rank", "2")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    want = ds.ranked.table.row(1)
+    assert (got["zero_optimization"]["stage"], got["train_micro_batch_size_per_gpu"]) == (
+        want.zero, want.micro_batch)
 
 
 def test_from_sweep_csv_row(tmp_path):
@@ -47,7 +56,8 @@ def test_from_sweep_csv_row(tmp_path):
     csv.write_text(r.stdout)
     frame = pd.read_csv(csv)
     for k in (1, 4):
-        r = run_cli("export", "--target", "torchtitan", "--from", csv, "--row", k)
+        r = run_cli("export", "--target", "torchtitan", "--target-version", "0.2", "--from", csv,
+                    "--row", k)
         assert r.returncode == 0, r.stderr
         par = tomllib.loads(r.stdout)["parallelism"]
         row = frame.iloc[k - 1]

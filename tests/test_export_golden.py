@@ -13,7 +13,8 @@ import pytest
 
 from conftest import run_cli
 from launcher_checks import (
-    megatron_script_layout, nanotron_layout, sbatch_layout, torchtitan_layout,
+    deepspeed_layout, megatron_script_layout, nanotron_layout, sbatch_layout, torchtitan_layout,
+    torchtitan_module_layout,
 )
 
 GOLDEN = Path(__file__).parent / "golden" / "reference"
@@ -26,8 +27,11 @@ CLOSEST_NANOTRON = ["--tp", "8", "--pp", "4", "--zero", "1", "--recompute", "non
 CASES = {
     "megatron.sh": ("megatron", REFERENCE, 0),
     "slurm.sh": ("slurm", REFERENCE, 0),
-    "torchtitan.toml": ("torchtitan", REFERENCE, 0),
+    "torchtitan.py": ("torchtitan", REFERENCE, 0),
+    "torchtitan-0.2.2.toml": ("torchtitan", REFERENCE + ["--target-version", "0.2.2"], 0),
     "deepspeed.refusal.txt": ("deepspeed", REFERENCE, 2),
+    "deepspeed-dp64-z3-full.json": ("deepspeed", ["--dp", "64", "--zero", "3", "--recompute",
+                                                  "full"], 0),
     "nanotron.refusal.txt": ("nanotron", REFERENCE, 2),
     "nanotron-vp1-no-recompute.yaml": ("nanotron", CLOSEST_NANOTRON, 0),
 }
@@ -38,7 +42,7 @@ def test_reference_export_matches_golden(name):
     target, layout, code = CASES[name]
     r = run_cli("export", "--target", target, *PROBLEM, *layout)
     assert r.returncode == code, r.stderr
-    got = r.stdout if code == 0 else r.stderr
+    got = r.stdout if code == 0 else r.stderr  # (stderr of a DeepSpeed export: its note)
     assert "Traceback" not in r.stdout + r.stderr
     path = GOLDEN / name
     if os.environ.get("UPDATE_GOLDEN") == "1":
@@ -54,8 +58,14 @@ def test_reference_goldens_launch_the_reference_layout():
         got = reader((GOLDEN / name).read_text())
         assert {k: got[k] for k in ref} == ref
         assert (got["nodes"], got["per_node"]) == (8, 8)
-    titan = torchtitan_layout((GOLDEN / "torchtitan.toml").read_text(), 64, 80)
+    titan = torchtitan_layout((GOLDEN / "torchtitan-0.2.2.toml").read_text(), 64, 80)
     assert {k: titan[k] for k in ref} == ref | {"zero": 2}  # ZeRO-1 -> FSDP "never" (documented)
+    assert titan["model"] == ("llama3", "70B")
+    titan = torchtitan_module_layout((GOLDEN / "torchtitan.py").read_text(), 64, 80)
+    assert {k: titan[k] for k in ref} == ref | {"zero": 2}
+    assert titan["model"] == ("llama3", "llama3_70b")
+    ds = deepspeed_layout((GOLDEN / "deepspeed-dp64-z3-full.json").read_text(), 64)
+    assert (ds["dp"], ds["zero"], ds["recompute"], ds["overlap_comm"]) == (64, 3, "full", True)
     nano = nanotron_layout((GOLDEN / "nanotron-vp1-no-recompute.yaml").read_text(), 64)
     assert {k: nano[k] for k in ref} == ref | {"vp": 1, "recompute": "none"}
     assert nano["pp_engine"] == "1f1b"

@@ -233,5 +233,9 @@ def test_plan_target_keeps_only_launchable_layouts():
     assert any(check("megatron", p, free.ranked.table.row(i)) for i in range(len(free.ranked)))
     assert all(not check("megatron", p, mega.ranked.table.row(i)) for i in range(len(mega.ranked)))
     assert mega.n_fit + mega.reject_counts["target_megatron"] == free.n_fit
-    ds = plan(p, target="deepspeed")  # 70B cannot fit with pure data parallelism on 64 x 80 GB
-    assert ds.n_fit == 0 and ds.reject_counts["target_deepspeed"] > 0
+    # pure data parallelism fits 70B on 64 x 80 GB only with ZeRO-3 and full recompute, which
+    # DeepSpeed writes (the model checkpoints every layer; docs/export.md)
+    ds = plan(p, target="deepspeed")
+    assert ds.n_fit > 0 and ds.reject_counts["target_deepspeed"] > 0
+    rows = [ds.ranked.table.row(i).resolved(64) for i in range(len(ds.ranked))]
+    assert all((r.dp, r.zero, r.recompute) == (64, 3, "full") for r in rows)

@@ -153,7 +153,7 @@ def test_torchtitan_toml_is_a_file_holding_the_rendering(tmp_path):
     exported, _ = render_exports(t, PROBLEM, LAYOUT, tmp_path)
     argv = t.render(values() | exported)
     assert argv[-1] == str(tmp_path / "torchtitan.toml")
-    assert Path(argv[-1]).read_text() == render("torchtitan", PROBLEM, LAYOUT)
+    assert Path(argv[-1]).read_text() == render("torchtitan", PROBLEM, LAYOUT, "0.2.2")
 
 
 @needs_exporters

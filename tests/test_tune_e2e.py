@@ -173,9 +173,23 @@ def test_bad_input_is_one_clear_error_and_exit_2(args, needle):
 
 def test_a_study_made_for_another_problem_is_refused(tmp_path):
     world = tmp_path / "world.json"
-    make_world(world, 5)
+    make_world(world, 5, oom_gib=200.0)  # the first call must succeed (no trial, exit 1)
     common = ["--measure", measure_template(world), "--candidates", "5", "--trials", "1",
               "--storage", f"sqlite:///{tmp_path / 'tune.db'}", "--study", "shared"]
     tune_json(*common)
     r = run_cli("tune", *CLI_PROBLEM[:-1], "256", *common)
     assert r.returncode == 2 and "created for another problem" in r.stderr
+
+
+def test_tune_exits_1_and_says_why_when_no_trial_succeeded(tmp_path):
+    """Every layout crashes in this world: nothing was measured, so tune fails."""
+    world = tmp_path / "world.json"
+    truth = make_world(world, 5)
+    data = json.loads(world.read_text())
+    data["crash"] = truth["pool"]
+    world.write_text(json.dumps(data))
+    r = run_cli("tune", *CLI_PROBLEM, "--measure", measure_template(world), "--candidates", "5",
+                "--trials", "2", "--sampler", "none", "--workdir", str(tmp_path / "wd"))
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "no trial succeeded" in r.stderr and "2 crash" in r.stderr
+    assert "Traceback" not in r.stderr

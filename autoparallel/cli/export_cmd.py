@@ -27,17 +27,20 @@ def _layout_from_flags(values: dict) -> Layout:
         raise SpecError(format_validation_error(exc, "layout")) from None
 
 
-def _ranked_layout(problem, rank: int) -> Layout:
+def _ranked_layout(problem, rank: int, target: str) -> Layout:
+    """The `rank`-th layout of `plan --target target`: ranks count among the layouts the target
+    can launch, as `plan --target` lists them."""
     from ..search.explain import nothing_fits_message
     from ..search.plan import plan
 
     if rank < 1:
         raise SpecError(f"`--rank` = {rank}: ranks start at 1 (the fastest layout)")
-    result = plan(problem, top=rank)
+    result = plan(problem, top=rank, target=target)
     if result.n_fit == 0:
         raise InfeasibleError(nothing_fits_message(result))
     if rank > len(result.ranked):
-        raise ExportError(f"--rank {rank}: only {result.n_fit} layout(s) fit this problem")
+        raise ExportError(f"--rank {rank}: only {result.n_fit} layout(s) that {target} can "
+                          f"launch fit this problem (`autoparallel plan --target {target}`)")
     return result.ranked.table.row(rank - 1)
 
 
@@ -85,13 +88,19 @@ def export_command(
     micro_batch: Annotated[Optional[int], typer.Option(help="Sequences per micro-batch [1].", show_default=False)] = None,
     from_csv: Annotated[Optional[str], typer.Option("--from", help="Sweep CSV holding the problem and the layout (with --row).", show_default=False)] = None,
     row: Annotated[Optional[int], typer.Option("--row", help="Data row of the --from CSV, numbered from 1.", show_default=False)] = None,
+    target_version: Annotated[Optional[str], typer.Option("--target-version", help="Launcher release for torchtitan: 0.3 (current, Python config module) or 0.2 / 0.2.2 (TOML).", show_default=False)] = None,
+    time: Annotated[Optional[str], typer.Option("--time", help="slurm: #SBATCH --time (e.g. 2:00:00); written only when given.", show_default=False)] = None,
+    partition: Annotated[Optional[str], typer.Option("--partition", help="slurm: #SBATCH --partition.", show_default=False)] = None,
+    account: Annotated[Optional[str], typer.Option("--account", help="slurm: #SBATCH --account.", show_default=False)] = None,
+    qos: Annotated[Optional[str], typer.Option("--qos", help="slurm: #SBATCH --qos.", show_default=False)] = None,
 ) -> None:
     """Write a launcher file for one layout: --rank N of the plan, layout flags, or --from CSV --row K."""
     from ..exporters import EXPORTERS, get_exporter, render
 
     if target is None:
         raise SpecError(f"missing --target: choose one of {', '.join(EXPORTERS)}")
-    get_exporter(target)
+    sbatch = {"time": time, "partition": partition, "account": account, "qos": qos}
+    exporter = get_exporter(target, target_version, **sbatch)
     flags = {"dp": dp, "tp": tp, "pp": pp, "vp": vp, "cp": cp, "ep": ep, "zero": zero,
              "recompute": recompute, "sp": sp, "micro_batch": micro_batch}
     layout_flags = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None]
@@ -113,18 +122,26 @@ def export_command(
             raise SpecError(f"give either --rank or layout flags, not both (got --rank and "
                             f"{', '.join(layout_flags)})")
         if rank is not None:
-            layout = _ranked_layout(problem, rank)
+            layout = _ranked_layout(problem, rank, target)
         elif layout_flags:
             layout = _layout_from_flags(flags)
         else:
             raise SpecError("which layout? give --rank N (the N-th of `autoparallel plan`), "
                             "layout flags (--tp 8 --pp 4 ...), or --from sweep.csv --row K")
-    text = render(target, problem, layout)
+    text = render(target, problem, layout, target_version, **sbatch)
     if rank is None:
         _warn_if_unfit(problem, layout)
+    from ..exporters import Job
+
+    note = exporter.companion(Job.of(problem, layout))
+    if note and output:
+        _write(output + ".notes.txt", note)
+        typer.echo(f"wrote what the model code must provide to {output}.notes.txt", err=True)
+    elif note:
+        typer.echo("".join(f"note: {line}\n" for line in note.splitlines()), err=True, nl=False)
     if output:
         _write(output, text)
-        typer.echo(f"wrote {EXPORTERS[target].summary.split(':')[0]} for "
+        typer.echo(f"wrote {exporter.summary.split(':')[0]} for "
                    f"{layout.resolved(problem.cluster.n_gpus).slug} to {output}", err=True)
     else:
         typer.echo(text, nl=False)

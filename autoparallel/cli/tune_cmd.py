@@ -142,3 +142,19 @@ def tune_command(
         typer.echo(json.dumps(result.to_json(), indent=2))
     else:
         print_result(result, make_console())
+    if result.rows and result.best is None:
+        err.print(no_success_message(result.rows))
+        raise typer.Exit(1)
+
+
+def no_success_message(rows) -> str:
+    """Why `tune` exits 1: no trial measured a step time; the failures counted by kind, with the
+    first detail of each kind."""
+    kinds: dict[str, list] = {}
+    for r in rows:
+        kinds.setdefault(r.failure or r.state.lower(), []).append(r)
+    parts = [f"{len(v)} {k}" + (f" (trial {v[0].number}: {v[0].detail})" if v[0].detail else "")
+             for k, v in kinds.items()]
+    return ("error: no trial succeeded, so nothing was measured: " + "; ".join(parts)
+            + ". Check one trial's output.log in --workdir; a multi-node --measure command must "
+            "start every node (e.g. srun inside an allocation), not one host.")

@@ -30,13 +30,29 @@ EXPORTERS: dict[str, Exporter] = {
 """Registry: target name -> exporter."""
 
 
-def get_exporter(target: str) -> Exporter:
-    """The exporter registered as `target`; `ExportError` naming the known targets otherwise."""
-    try:
-        return EXPORTERS[target]
-    except KeyError:
+VERSIONED = {"torchtitan": TorchTitanExporter}
+"""Targets whose file form depends on the launcher release (`version`)."""
+
+
+def get_exporter(target: str, version: str | None = None, **options: str | None) -> Exporter:
+    """The exporter registered as `target` (for the launcher release `version`, where the target
+    has several forms; default: the current release); `ExportError` naming the known targets or
+    the versions otherwise."""
+    if target not in EXPORTERS:
         raise ExportError(f"unknown export target {target!r}; choose one of "
-                          f"{', '.join(EXPORTERS)}") from None
+                          f"{', '.join(EXPORTERS)}")
+    given = {k: v for k, v in options.items() if v is not None}
+    if given:
+        if target != "slurm":
+            raise ExportError(f"{', '.join('--' + k for k in given)} apply to --target slurm "
+                              f"only (the #SBATCH lines); {target} writes no batch header")
+        return SlurmExporter(**given)
+    if version is None:
+        return EXPORTERS[target]
+    if target not in VERSIONED:
+        raise ExportError(f"--target-version applies to {', '.join(VERSIONED)} only; "
+                          f"{target} has one form")
+    return VERSIONED[target](version)
 
 
 def targets_for(problem: Problem, layout: Layout) -> list[str]:
@@ -49,19 +65,24 @@ def check(target: str, problem: Problem, layout: Layout) -> list[str]:
     return get_exporter(target).check(problem, layout)
 
 
-def render(target: str, problem: Problem, layout: Layout) -> str:
+def render(target: str, problem: Problem, layout: Layout, version: str | None = None,
+           **options: str | None) -> str:
     """The launcher file text of `layout` for `target`.
 
     Args:
         target: one of `EXPORTERS` (megatron, torchtitan, deepspeed, nanotron, slurm).
         problem: model, cluster and job.
         layout: the layout; `dp` may be omitted (derived), `sp` defaults to on with TP.
+        version: launcher release for targets with several forms (torchtitan: "0.3", the
+            default, writes the Python config module; "0.2" / "0.2.2" the TOML).
+        options: slurm only: `time`, `partition`, `account`, `qos` #SBATCH settings (written
+            only when given).
 
     Raises:
         ExportError: unknown target, or the target cannot express the layout; the message lists
             every reason and the targets that can launch it.
     """
-    exporter = get_exporter(target)
+    exporter = get_exporter(target, version, **options)
     reasons = exporter.check(problem, layout)
     if reasons:
         slug = layout.resolved(problem.cluster.n_gpus).slug

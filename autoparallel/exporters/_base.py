@@ -110,9 +110,9 @@ class Exporter(ABC):
 
     name: ClassVar[str]
     """Target name used by `--target` and `render(target, ...)`."""
-    suffix: ClassVar[str]
-    """File suffix of the rendered text (`.sh`, `.toml`, `.json`, `.yaml`)."""
-    summary: ClassVar[str]
+    suffix: str
+    """File suffix of the rendered text (`.sh`, `.toml`, `.py`, `.json`, `.yaml`)."""
+    summary: str
     """One line: what the rendered file is."""
 
     def check(self, problem: Problem, layout: Layout) -> list[str]:
@@ -130,6 +130,11 @@ class Exporter(ABC):
                               + "; ".join(reasons))
         return self.text(Job.of(problem, layout))
 
+    def companion(self, job: Job) -> str | None:
+        """A note that travels with the file when the file format has no comments (what the
+        model code or the launch must provide); None when everything is in the file."""
+        return None
+
     @abstractmethod
     def limits(self, job: Job) -> list[str]:
         """Target-specific reasons (the hard rules are already checked)."""
@@ -137,6 +142,51 @@ class Exporter(ABC):
     @abstractmethod
     def text(self, job: Job) -> str:
         """The file text; only called for a job that passed `check`."""
+
+
+ROPE_DEFAULT_BASE = 10000.0
+"""Rotary base written for a RoPE model whose spec gives none: RoFormer's value (Su et al. 2021,
+arXiv 2104.09864 §3.2.2), also Megatron-LM's `--rotary-base` default (launchers.md §1)."""
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """What a launcher needs beyond the shapes to build the planned model.
+
+    `ModelSpec` records the shapes and the MLP type; the rest follows the model family, as in
+    every preset and Hugging Face config autoparallel reads: gated-SiLU (SwiGLU) models are the
+    Llama / Mistral / Qwen / DeepSeek family (RMSNorm, rotary positions, no linear biases; Llama
+    paper, Touvron et al. 2023, arXiv 2302.13971 §2.2), GeLU models the GPT-2/3 family (LayerNorm,
+    learned absolute positions, biased linears; Radford et al. 2019, Brown et al. 2020 §2.1).
+    """
+
+    norm: str
+    """`RMSNorm` or `LayerNorm`."""
+    rope_theta: float | None
+    """Rotary base; None for learned absolute position embeddings."""
+    rope_assumed: bool
+    """True when the spec gave no `rope_theta` and `ROPE_DEFAULT_BASE` is used."""
+    bias: bool
+    """Whether the linear layers carry biases."""
+    gated: bool
+    """SwiGLU (gated SiLU) MLP; GeLU otherwise."""
+
+
+def architecture(job: Job) -> Architecture:
+    """The model definition facts every exporter writes (see `Architecture`)."""
+    m = job.problem.model
+    gated = m.activation == "swiglu"
+    rope = m.rope_theta if m.rope_theta is not None else (ROPE_DEFAULT_BASE if gated else None)
+    return Architecture(norm="RMSNorm" if gated else "LayerNorm", rope_theta=rope,
+                        rope_assumed=gated and m.rope_theta is None, bias=not gated, gated=gated)
+
+
+def dp_bucket_params(job: Job) -> int:
+    """Parameters per data-parallel gradient bucket the time model assumes (Megatron DDP's
+    default, max(4e7, 1e6 x DP x CP); `cost.time.DDP_BUCKET_PARAMS`, reference §0)."""
+    from ..cost.time import DDP_BUCKET_PARAMS
+
+    return int(max(DDP_BUCKET_PARAMS, 1e6 * job.data_group))
 
 
 def recompute_of(job: Job) -> Recompute:

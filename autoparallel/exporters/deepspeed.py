@@ -12,15 +12,22 @@ code, so a JSON alone would launch a different layout, and the exporter refuses:
   world size, §4.3), not Megatron-style TP;
 - no ring context parallelism (the `sequence_parallel_size` key is Ulysses all-to-all, §4.1);
 - experts are placed by `deepspeed.moe.layer.MoE(ep_size=...)` in the model (§4.1);
-- what is recomputed is decided by the model (`activation_checkpointing` only configures
-  `deepspeed.checkpointing.checkpoint`, §4.1).
+- selective recompute: DeepSpeed has no core-attention-only mode; what is recomputed is decided
+  by the model (§4.1).
+
+Full recompute is written (`activation_checkpointing`) with a companion note (`notes`): the model
+code must checkpoint every layer (Hugging Face `model.gradient_checkpointing_enable()`, or each
+block wrapped in `deepspeed.checkpointing.checkpoint`). Everything the cost model assumed is
+explicit: `overlap_comm` true (the time model overlaps gradient reduction with backward),
+`reduce_bucket_size` / `allgather_bucket_size` (the exposed last bucket it prices) and
+`data_types.grad_accum_dtype` (the gradient bytes of the memory ledger).
 """
 
 from __future__ import annotations
 
 import json
 
-from ._base import Exporter, Job
+from ._base import Exporter, Job, architecture, dp_bucket_params
 
 
 def deepspeed_limits(job: Job) -> list[str]:
@@ -44,25 +51,60 @@ def deepspeed_limits(job: Job) -> list[str]:
         reasons.append(
             f"expert parallelism (ep = {lay.ep}): set in the model by "
             "deepspeed.moe.layer.MoE(ep_size=...), not in the JSON (launchers.md §4.1)")
-    if lay.recompute != "none":
+    if lay.recompute == "selective":
         reasons.append(
-            f"recompute = {lay.recompute}: the JSON's activation_checkpointing only configures "
-            "deepspeed.checkpointing.checkpoint; the model decides what is recomputed "
-            "(launchers.md §4.1): export recompute none and enable recomputation in the model "
-            "instead")
+            "recompute = selective: DeepSpeed has no core-attention-only recompute; the model "
+            "decides what is recomputed (launchers.md §4.1): export recompute full (every layer, "
+            "gradient_checkpointing_enable()) or none")
     return reasons
+
+
+GRAD_ACCUM = {"bf16": "bf16", "fp32": "fp32"}
+"""`training.grad_dtype` -> `data_types.grad_accum_dtype` (DeepSpeed `runtime/config.py`)."""
 
 
 def config(job: Job) -> dict:
     """The DeepSpeed config dict."""
-    lay = job.layout
-    return {
-        "train_batch_size": job.problem.training.global_batch,
+    lay, tr = job.layout, job.problem.training
+    bucket = dp_bucket_params(job)
+    cfg = {
+        "train_batch_size": tr.global_batch,
         "train_micro_batch_size_per_gpu": lay.micro_batch,
         "gradient_accumulation_steps": job.micro_batches,
         "bf16": {"enabled": True},
-        "zero_optimization": {"stage": lay.zero},
+        "data_types": {"grad_accum_dtype": GRAD_ACCUM[tr.grad_dtype]},
+        "zero_optimization": {"stage": lay.zero, "overlap_comm": True,
+                              "reduce_bucket_size": bucket, "allgather_bucket_size": bucket},
     }
+    if lay.recompute == "full":
+        cfg["activation_checkpointing"] = {
+            "partition_activations": False, "cpu_checkpointing": False,
+            "contiguous_memory_optimization": False, "synchronize_checkpoint_boundary": False}
+    return cfg
+
+
+def notes(job: Job) -> str:
+    """The companion note: what the model code and the launch must provide (JSON has no
+    comments)."""
+    m, lay, arch = job.problem.model, job.layout, architecture(job)
+    rope = (f"rotary position embeddings with base (rope_theta) {arch.rope_theta:g}"
+            if arch.rope_theta is not None else "learned absolute position embeddings")
+    lines = [
+        f"DeepSpeed config for {m.name}, layout {lay.slug} ({job.n_gpus} GPUs, "
+        f"{job.n_nodes} node(s) x {job.gpus_per_node}).",
+        f"Launch: deepspeed --num_nodes {job.n_nodes} --num_gpus {job.gpus_per_node} train.py "
+        "--deepspeed --deepspeed_config THIS.json",
+        f"The model (Hugging Face config.json): {m.n_layers} layers, hidden {m.hidden_size}, "
+        f"{m.n_heads} heads, {m.kv_heads} KV heads, intermediate {m.ffn_hidden_size}, vocab "
+        f"{m.vocab_size}, {'SiLU gated MLP' if arch.gated else 'GeLU MLP'}, {arch.norm}, "
+        f"{rope}, {'tied' if m.tied_embeddings else 'untied'} embeddings, bf16.",
+    ]
+    if lay.recompute == "full":
+        lines.append("Full recompute: the model code must checkpoint every transformer layer, "
+                     "e.g. model.gradient_checkpointing_enable() for a Hugging Face model, or "
+                     "each block wrapped in deepspeed.checkpointing.checkpoint; the JSON's "
+                     "activation_checkpointing only configures that function.")
+    return "\n".join(lines) + "\n"
 
 
 class DeepSpeedExporter(Exporter):
@@ -71,6 +113,9 @@ class DeepSpeedExporter(Exporter):
     name = "deepspeed"
     suffix = ".json"
     summary = "DeepSpeed config JSON (data parallel + ZeRO 0-3 only)"
+
+    def companion(self, job: Job) -> str:
+        return notes(job)
 
     def limits(self, job: Job) -> list[str]:
         return deepspeed_limits(job)

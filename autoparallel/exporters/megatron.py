@@ -26,7 +26,7 @@ from __future__ import annotations
 import shlex
 
 from ..specs.layout import Recompute
-from ._base import Exporter, Job, comments, recompute_of
+from ._base import Exporter, Job, architecture, comments, dp_bucket_params, recompute_of
 
 SCRIPT = "pretrain_gpt.py"
 RDZV_PORT = 29500
@@ -47,11 +47,9 @@ def shell_line(words) -> str:
 
 
 def parallel_args(job: Job) -> list[list]:
-    """Parallelism, sharding, recompute, batch and precision flags, one list per script line."""
+    """Parallelism, sharding, overlap, recompute and batch flags, one list per script line."""
     lay, tr = job.layout, job.problem.training
     tp = ["--tensor-model-parallel-size", lay.tp] + (["--sequence-parallel"] if lay.sp else [])
-    if lay.sp and job.problem.training.tp_comm_overlap:
-        tp.append("--tp-comm-overlap")  # asserts SP (launchers.md §1.1)
     pp = ["--pipeline-model-parallel-size", lay.pp]
     if lay.vp > 1:
         pp += ["--num-layers-per-virtual-pipeline-stage", job.layers_per_virtual_stage]
@@ -61,15 +59,18 @@ def parallel_args(job: Job) -> list[list]:
         if lay.ep > 1:
             ep += ["--moe-token-dispatcher-type", "alltoall"]
         lines.append(ep)
+    # the time model overlaps data-parallel communication with compute at every ZeRO stage
+    # (cost/time.py `_dp_exposed`) and sizes the last, exposed bucket as Megatron DDP does
     if lay.zero == 1:
         lines.append(["--use-distributed-optimizer", "--overlap-grad-reduce",
                       "--overlap-param-gather"])
+        lines.append(["--ddp-bucket-size", dp_bucket_params(job)])
     elif lay.zero in SHARDING:
         lines.append(["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
                       SHARDING[lay.zero], "--ckpt-format", "fsdp_dtensor"])
         lines.append(["--overlap-grad-reduce", "--overlap-param-gather"])
     else:
-        lines.append(["--overlap-grad-reduce"])
+        lines.append(["--overlap-grad-reduce", "--ddp-bucket-size", dp_bucket_params(job)])
     rc = recompute_of(job)
     if rc == Recompute.SELECTIVE:
         lines.append(["--recompute-granularity", "selective", "--recompute-modules", "core_attn"])
@@ -77,12 +78,52 @@ def parallel_args(job: Job) -> list[list]:
         lines.append(["--recompute-granularity", "full", "--recompute-method", "uniform",
                       "--recompute-num-layers", 1])
     lines.append(["--micro-batch-size", lay.micro_batch, "--global-batch-size", tr.global_batch])
-    lines.append(["--seq-length", tr.seq_len, "--max-position-embeddings", tr.seq_len, "--bf16"])
+    lines.append(["--seq-length", tr.seq_len, "--max-position-embeddings", tr.seq_len])
     return lines
 
 
+GRAD_FLAG = {"bf16": "--grad-reduce-in-bf16", "fp32": "--accumulate-allreduce-grads-in-fp32"}
+"""`training.grad_dtype` -> Megatron-LM flag. With `--bf16`, `validate_args` turns
+`accumulate_allreduce_grads_in_fp32` on (fp32 main gradients, 4 bytes per parameter) unless
+`--grad-reduce-in-bf16` is given, which turns it off so the main-gradient buffer keeps the bf16
+parameter dtype (2 bytes); `get_megatron_ddp_config` passes it on as `grad_reduce_in_fp32`
+(Megatron-LM d98e8a64 `megatron/training/arguments.py`, `training.py`)."""
+
+
+def training_args(job: Job) -> list[list]:
+    """The job settings of `problem.training` the cost model assumed, as flags: precision,
+    gradient dtype (memory ledger: 2 or 4 bytes per gradient) and TP communication overlap.
+    Every training setting maps to Megatron-LM here, in one place."""
+    lay, tr = job.layout, job.problem.training
+    words = ["--bf16", GRAD_FLAG[tr.grad_dtype]]
+    if lay.zero in SHARDING:  # Megatron-FSDP keeps its own main-gradient dtype
+        words += ["--megatron-fsdp-main-grads-dtype", tr.grad_dtype]
+    if lay.sp and tr.tp_comm_overlap:
+        words.append("--tp-comm-overlap")  # asserts SP (launchers.md §1.1)
+    return [words]
+
+
+def vocab_divisor(vocab: int, tp: int) -> int | None:
+    """`--make-vocab-size-divisible-by` that leaves the model's vocabulary unpadded: Megatron
+    pads to a multiple of (this x TP) (`vocab_size_with_padding`); the largest power of two up to
+    Megatron's default 128 that keeps `vocab` whole. None when TP does not divide `vocab`."""
+    if vocab % tp:
+        return None
+    d = 128
+    while (vocab // tp) % d:
+        d //= 2
+    return d
+
+
+def _number(x: float) -> int | float:
+    """An integral float as an int (Megatron's `--rotary-base` is `type=int`)."""
+    return int(x) if float(x).is_integer() else x
+
+
 def model_args(job: Job) -> list[list]:
-    """Model-shape flags for what `ModelSpec` knows, one list per script line."""
+    """The model definition, one list per script line: shapes, attention (GQA or MLA),
+    normalization, position embedding and rotary base, biases, MLP type, embeddings, vocabulary
+    padding, MoE (launchers.md §1; Megatron-LM `TransformerConfig` flags)."""
     m = job.problem.model
     lines = [["--num-layers", m.n_layers, "--hidden-size", m.hidden_size,
               "--ffn-hidden-size", m.ffn_hidden_size]]
@@ -99,13 +140,24 @@ def model_args(job: Job) -> list[list]:
         if m.head_dim is not None and m.head_dim != m.hidden_size // m.n_heads:
             attn += ["--kv-channels", m.head_dim]
     lines.append(attn)
-    misc = ["--swiglu"] if m.activation == "swiglu" else []
+    arch = architecture(job)
+    kind = ["--normalization", arch.norm]
+    if arch.rope_theta is not None:
+        kind += ["--position-embedding-type", "rope", "--rotary-base", _number(arch.rope_theta)]
+    else:
+        kind += ["--position-embedding-type", "learned_absolute"]
+    if not arch.bias:
+        kind.append("--disable-bias-linear")
+    lines.append(kind)
+    misc = ["--swiglu"] if arch.gated else []
     if not m.tied_embeddings:
         misc.append("--untie-embeddings-and-output-weights")
     if not m.dropout:
         misc += ["--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
-    if misc:
-        lines.append(misc)
+    lines.append(misc)
+    divisor = vocab_divisor(m.vocab_size, job.layout.tp)
+    if divisor is not None:
+        lines.append(["--make-vocab-size-divisible-by", divisor])
     if m.moe is not None:
         moe = ["--num-experts", m.moe.n_experts, "--moe-router-topk", m.moe.top_k,
                "--moe-ffn-hidden-size", m.moe.expert_ffn_hidden_size]
@@ -132,25 +184,36 @@ def environment(job: Job) -> list[str]:
 
 def notes(job: Job) -> list[str]:
     """Comment lines that explain the mapping and what the user must still add."""
-    lay, m = job.layout, job.problem.model
+    lay, m, arch = job.layout, job.problem.model, architecture(job)
     zero = {0: "ZeRO-0: plain data parallelism (no sharding)",
             1: "ZeRO-1: Megatron's distributed optimizer (optimizer state sharded over DP x CP)",
             2: "ZeRO-2: Megatron-FSDP, sharding strategy optim_grads",
             3: "ZeRO-3: Megatron-FSDP, sharding strategy optim_grads_params"}[lay.zero]
-    return [
+    lines = [
         f"Megatron-LM derives DP = {job.n_gpus} / (TP {lay.tp} x PP {lay.pp} x CP {lay.cp}) = "
         f"{lay.dp} and {job.micro_batches} micro-batches per step itself.",
         zero + ".",
-        "Not part of the layout, so not written here: data, tokenizer (vocab "
-        f"{m.vocab_size}), optimizer, normalization, position embedding / rotary base, biases;",
-        "append those Megatron-LM arguments after this script's name (they reach \"$@\").",
+        f"Gradients in {job.problem.training.grad_dtype} as planned "
+        f"({GRAD_FLAG[job.problem.training.grad_dtype]}).",
+    ]
+    if arch.rope_theta is not None and arch.rope_assumed:
+        lines.append(f"The model spec gives no rope_theta: rotary base {_number(arch.rope_theta)} "
+                     "(Megatron's default) is written; set rope_theta in the spec if it differs.")
+    if vocab_divisor(m.vocab_size, lay.tp) is None:
+        lines.append(f"Megatron pads the vocabulary {m.vocab_size} to a multiple of 128 x TP; "
+                     "the plan counted it unpadded.")
+    return lines + [
+        "Not written here: data, tokenizer (its vocabulary should be "
+        f"{m.vocab_size}), optimizer and schedule; append those Megatron-LM arguments after "
+        "this script's name (they reach \"$@\").",
     ]
 
 
 def command_lines(job: Job, launcher: list[list]) -> list[str]:
     """Launcher lines, then `pretrain_gpt.py` and every flag, as continued bash lines ending in
     "$@" (the user's further arguments)."""
-    words = launcher[:-1] + [launcher[-1] + [SCRIPT]] + parallel_args(job) + model_args(job)
+    words = (launcher[:-1] + [launcher[-1] + [SCRIPT]] + parallel_args(job) + training_args(job)
+             + model_args(job))
     lines = [shell_line(words[0])] + ["  " + shell_line(w) for w in words[1:]] + ['  "$@"']
     return [line + " \\" for line in lines[:-1]] + [lines[-1]]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import yaml
 
 from ..specs.layout import Recompute
-from ._base import Exporter, Job, comments, recompute_of
+from ._base import Exporter, Job, architecture, comments, recompute_of
 
 
 def nanotron_limits(job: Job) -> list[str]:
@@ -42,6 +42,9 @@ def nanotron_limits(job: Job) -> list[str]:
         reasons.append(f"ZeRO-1 with cp = {lay.cp}: Nanotron shards the optimizer over dp "
                        "only, the plan over dp x cp, so memory would exceed the estimate; use "
                        "zero 0 or cp = 1")
+    if m.activation != "swiglu":
+        reasons.append(f"{m.activation} MLP: Nanotron's Llama model is a gated-SiLU, RMSNorm, "
+                       "bias-free decoder (LlamaConfig), so it cannot build this model")
     if m.kv_heads < lay.tp:
         reasons.append(f"tp = {lay.tp} exceeds the KV heads ({m.kv_heads}): Nanotron needs "
                        "num_key_value_heads >= tp (launchers.md §5)")
@@ -65,14 +68,20 @@ def config(job: Job) -> dict:
         "intermediate_size": m.ffn_hidden_size, "num_attention_heads": m.n_heads,
         "num_key_value_heads": m.kv_heads, "vocab_size": m.vocab_size,
         "max_position_embeddings": tr.seq_len, "tie_word_embeddings": m.tied_embeddings,
+        "hidden_act": "silu",
     }
+    rope = architecture(job).rope_theta
+    if rope is not None:
+        model_config["rope_theta"] = float(rope)
     if lay.cp > 1:
         model_config["_attn_implementation"] = "llama3_ring_attention"
     return {
         "parallelism": parallelism,
         "tokens": {"sequence_length": tr.seq_len, "micro_batch_size": lay.micro_batch,
                    "batch_accumulation_per_replica": job.micro_batches},
-        "optimizer": {"zero_stage": lay.zero, "accumulate_grad_in_fp32": True},
+        # fp32 gradient accumulation buffers are what `grad_dtype: fp32` counts (4 bytes each)
+        "optimizer": {"zero_stage": lay.zero,
+                      "accumulate_grad_in_fp32": tr.grad_dtype == "fp32"},
         "model": {"dtype": "bfloat16", "model_config": model_config},
     }
 

@@ -10,8 +10,38 @@ assumes. What it can express is exactly what the Megatron target can.
 
 from __future__ import annotations
 
+import re
+
+from ..errors import ExportError
 from ._base import Exporter, Job, comments
 from .megatron import RDZV_PORT, Raw, command_lines, environment, megatron_limits, notes
+
+
+TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}"
+                  r"|\d+-\d+:\d{1,2}:\d{1,2})$")
+"""sbatch `--time` forms: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
+days-hours:minutes, days-hours:minutes:seconds (sbatch(1) manual, option --time)."""
+NAME = re.compile(r"^[A-Za-z0-9_.,:+-]+$")
+"""Partition, account and QOS names as written on an #SBATCH line (no blanks or quotes)."""
+SBATCH_OPTIONS = ("time", "partition", "account", "qos")
+"""Optional #SBATCH settings, written only when given."""
+
+
+def sbatch_options(**given: str | None) -> dict[str, str]:
+    """The given #SBATCH settings, checked; ExportError naming the option otherwise."""
+    out = {}
+    for key in SBATCH_OPTIONS:
+        value = given.get(key)
+        if value is None:
+            continue
+        value = str(value).strip()
+        pattern = TIME if key == "time" else NAME
+        if not pattern.match(value):
+            what = ("minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 2:00:00)"
+                    if key == "time" else "a name without blanks or quotes")
+            raise ExportError(f"--{key} {value!r}: sbatch takes {what}")
+        out[key] = value
+    return out
 
 
 class SlurmExporter(Exporter):
@@ -20,6 +50,9 @@ class SlurmExporter(Exporter):
     name = "slurm"
     suffix = ".sh"
     summary = "sbatch script: srun torchrun (c10d rendezvous) running the Megatron-LM command"
+
+    def __init__(self, **options: str | None):
+        self.options = sbatch_options(**options)
 
     def limits(self, job: Job) -> list[str]:
         return megatron_limits(job)
@@ -32,7 +65,7 @@ class SlurmExporter(Exporter):
             f"#SBATCH --nodes={job.n_nodes}",
             "#SBATCH --ntasks-per-node=1",
             f"#SBATCH --gpus-per-node={job.gpus_per_node}",
-        ]
+        ] + [f"#SBATCH --{k}={v}" for k, v in self.options.items()]
         head = comments(job.header + notes(job)
                         + ["Submit with: sbatch THIS.sh [more Megatron-LM arguments]"])
         body = [

@@ -1,10 +1,20 @@
-"""TorchTitan: the job-config TOML of the releases that read TOML (up to v0.2.2, Feb 2026).
+"""TorchTitan: the job config, in the form of the chosen release (`--target-version`):
+a Python config module for 0.3 (the current release, `--module`/`--config`, launchers.md §3.1) or
+the job-config TOML of the releases that read TOML (up to v0.2.2, Feb 2026; §3.2).
 
 Keys follow launchers.md §3.2 and `torchtitan/config/job_config.py` of the v0.2.2 wheel
 (`[training]`, `[parallelism]`, `[activation_checkpoint]`); checks follow §3.3 and that
 release's `distributed/parallel_dims.py`, `distributed/pipeline_parallel.py` and
 `models/llama3/infra/parallelize.py`. Run it with `torchrun ... -m torchtitan.train
---job.config_file FILE`. Releases after Feb 2026 take a Python `Trainer.Config` instead (§3.1).
+--job.config_file FILE`. Release 0.3.0 (the PyPI wheel) takes a Python function returning a
+`Trainer.Config` (`torchtitan/config/manager.py` `ConfigManager._load_config`): the exporter
+writes a module whose function starts from the model's registry config (`config_registry.py`,
+e.g. `llama3_70b`) and sets `training`, `parallelism` and `activation_checkpoint` with the same
+field names as the TOML (`torchtitan/config/configs.py` of the 0.3.0 wheel).
+
+The model travels as TorchTitan's registry name and flavor (`[model] name/flavor`, or the
+registry function in 0.3); a model whose shape matches no flavor is refused (TorchTitan builds
+models only from its registry).
 
 ZeRO -> FSDP/HSDP mapping (also written in the file):
 
@@ -21,6 +31,9 @@ DP x CP group, which is plain FSDP here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from ..errors import ExportError
 from ..specs.layout import Recompute
 from ._base import Exporter, Job, comments, recompute_of
 
@@ -28,6 +41,54 @@ RESHARD = {1: "never", 2: "never", 3: "always"}
 """ZeRO stage -> `fsdp_reshard_after_forward`."""
 AC_MODE = {Recompute.NONE: "none", Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}
 """autoparallel recompute -> `[activation_checkpoint] mode`."""
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """A TorchTitan registry model: module (`[model] name`), flavor, 0.3 config function."""
+
+    name: str
+    flavor: str
+    function: str
+
+
+FLAVORS = {
+    # (layers, hidden, heads, KV heads, FFN, vocab, routed experts) -> registry entry; shapes
+    # from torchtitan v0.2.2 models/{llama3,qwen3,deepseek_v3}/__init__.py and the 0.3.0
+    # config_registry.py functions of the same flavor
+    (32, 4096, 32, 8, 14336, 128256, 0): Flavor("llama3", "8B", "llama3_8b"),
+    (80, 8192, 64, 8, 28672, 128256, 0): Flavor("llama3", "70B", "llama3_70b"),
+    (126, 16384, 128, 8, 53248, 128256, 0): Flavor("llama3", "405B", "llama3_405b"),
+    (48, 2048, 32, 4, 6144, 151936, 128): Flavor("qwen3", "30B-A3B", "qwen3_30b_a3b"),
+    (61, 7168, 128, 128, 18432, 129280, 256): Flavor("deepseek_v3", "671B", "deepseek_v3_671b"),
+}
+"""TorchTitan flavors autoparallel can name, by model shape."""
+
+VERSIONS = {"0.3": "python", "0.2": "toml", "0.1": "toml"}
+"""Release line -> config form (0.3.x: Python `Trainer.Config`; <= 0.2.x: TOML)."""
+CURRENT = "0.3"
+"""The current TorchTitan release line (PyPI torchtitan 0.3.0)."""
+
+
+def release_line(version: str | None) -> str:
+    """`--target-version` (e.g. 0.3, 0.3.0, 0.2.2) -> release line; ExportError otherwise."""
+    if version is None:
+        return CURRENT
+    parts = str(version).strip().split(".")
+    line = ".".join(parts[:2])
+    if len(parts) < 2 or line not in VERSIONS or not all(p.isdigit() for p in parts[:3]):
+        raise ExportError(f"--target-version {version!r} for torchtitan: choose 0.3 (the current "
+                          "release, Python config) or 0.2 (<= 0.2.2, TOML), optionally with "
+                          "the patch number, e.g. 0.2.2")
+    return line
+
+
+def flavor_of(job: Job) -> Flavor | None:
+    """The registry flavor of the job's model, matched by shape; None when none matches."""
+    m = job.problem.model
+    key = (m.n_layers, m.hidden_size, m.n_heads, m.kv_heads, m.ffn_hidden_size, m.vocab_size,
+           m.moe.n_experts if m.moe is not None else 0)
+    return FLAVORS.get(key)
 
 
 def _value(v) -> str:
@@ -46,7 +107,8 @@ def sections(job: Job) -> dict[str, dict]:
     # accumulates gradients over global / (local x DP) = M steps of one micro-batch each
     local = job.micro_batches * lay.micro_batch if pipelined else lay.micro_batch
     training = {"local_batch_size": local, "global_batch_size": tr.global_batch,
-                "seq_len": tr.seq_len, "mixed_precision_param": "bfloat16"}
+                "seq_len": tr.seq_len, "mixed_precision_param": "bfloat16",
+                "mixed_precision_reduce": "float32"}
     par = {
         "data_parallel_replicate_degree": lay.dp if lay.zero == 0 else 1,
         "data_parallel_shard_degree": 1 if lay.zero == 0 else lay.dp,
@@ -73,9 +135,9 @@ def sections(job: Job) -> dict[str, dict]:
     return {"training": training, "parallelism": par, "activation_checkpoint": ac}
 
 
-def notes(job: Job) -> list[str]:
+def notes(job: Job, line: str) -> list[str]:
     """Comment lines: how to run it and how the layout maps."""
-    lay, m = job.layout, job.problem.model
+    lay, m, fl = job.layout, job.problem.model, flavor_of(job)
     zero = {
         0: "ZeRO-0 -> DDP (data_parallel_replicate_degree = DP).",
         1: "ZeRO-1 -> FSDP over dp_shard x cp, reshard \"never\": TorchTitan has no ZeRO-1 mode, "
@@ -84,26 +146,40 @@ def notes(job: Job) -> list[str]:
            "after forward).",
         3: "ZeRO-3 -> FSDP over dp_shard x cp, reshard \"always\".",
     }[lay.zero]
+    run = f"torchrun --nnodes {job.n_nodes} --nproc-per-node {job.gpus_per_node} -m torchtitan.train"
+    if VERSIONS[line] == "toml":
+        how = ("TorchTitan job config for the TOML releases (<= v0.2.2): "
+               f"{run} --job.config_file THIS.toml")
+    else:
+        how = (f"TorchTitan {line} config module: with this file's folder on PYTHONPATH, {run} "
+               f"--module THIS_MODULE --config {CONFIG_FUNCTION}")
     lines = [
-        "TorchTitan job config for the TOML releases (<= v0.2.2): torchrun --nnodes "
-        f"{job.n_nodes} --nproc-per-node {job.gpus_per_node} -m torchtitan.train "
-        "--job.config_file THIS.toml",
+        how,
+        f"Model: TorchTitan {fl.name} flavor {fl.flavor} ({m.name}).",
         zero + " HSDP is not used: the plan shards over the whole DP x CP group.",
     ]
     if lay.tp > 1:
-        lines.append("Sequence parallelism is always on with TP in these releases.")
+        lines.append("Sequence parallelism is always on with TP in the TOML releases "
+                     "(enable_sequence_parallel in 0.3).")
     if recompute_of(job) == Recompute.SELECTIVE:
         lines.append("Selective recompute -> per-op SAC (\"op\"); it is not Megatron's core-"
                      "attention recompute, so activation memory and recompute time can differ.")
-    lines.append(f"[model] name/flavor not written: pick the TorchTitan flavor of {m.name} "
-                 f"({m.n_layers} layers, hidden {m.hidden_size}, {m.n_heads} heads, "
-                 f"{m.kv_heads} KV heads).")
+    if job.problem.training.grad_dtype == "bf16":
+        lines.append("Gradients: TorchTitan reduces them in float32 (mixed_precision_reduce has no "
+                     "other value) into fp32 shards; the plan assumed bf16, so the gradient "
+                     "reduce-scatter moves twice the bytes the estimate counted.")
     return lines
 
 
 def torchtitan_limits(job: Job) -> list[str]:
     """What the TOML releases cannot run among layouts that pass autoparallel's hard rules."""
-    lay, reasons = job.layout, []
+    lay, reasons, m = job.layout, [], job.problem.model
+    if flavor_of(job) is None:
+        known = ", ".join(f"{f.name} {f.flavor}" for f in FLAVORS.values())
+        reasons.append(
+            f"no TorchTitan flavor has the shape of {m.name} ({m.n_layers} layers, hidden "
+            f"{m.hidden_size}, {m.n_heads}/{m.kv_heads} heads, FFN {m.ffn_hidden_size}, vocab "
+            f"{m.vocab_size}): TorchTitan builds models from its registry ({known})")
     seq = job.problem.training.seq_len
     if lay.tp > 1 and not lay.sp:
         reasons.append(
@@ -130,18 +206,68 @@ def torchtitan_limits(job: Job) -> list[str]:
     return reasons
 
 
+NOT_IN_03 = {"expert_tensor_parallel_degree"}
+"""TOML keys the 0.3.0 `ParallelismConfig` no longer has (expert TP follows TP there)."""
+CONFIG_FUNCTION = "autoparallel_config"
+"""Name of the function the 0.3 module defines (`--config`)."""
+AC_CLASS = {Recompute.NONE: "None", Recompute.SELECTIVE: "SelectiveAC.Config()",
+            Recompute.FULL: "FullAC.Config()"}
+"""autoparallel recompute -> 0.3 `activation_checkpoint` value (per-op SAC, whole block, off)."""
+
+
+def toml_text(job: Job) -> str:
+    """The <= 0.2.x job-config TOML."""
+    fl = flavor_of(job)
+    lines = comments(job.header + notes(job, "0.2"))
+    tables = {"model": {"name": fl.name, "flavor": fl.flavor}} | sections(job)
+    for table, values in tables.items():
+        lines += ["", f"[{table}]"] + [f"{k} = {_value(v)}" for k, v in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def python_text(job: Job) -> str:
+    """The 0.3 config module: the registry config of the model with the layout applied."""
+    fl, sec = flavor_of(job), sections(job)
+    par = {k: v for k, v in sec["parallelism"].items() if k not in NOT_IN_03}
+    if "tensor_parallel_degree" in par:
+        par = {**par, "enable_sequence_parallel": True}
+    ac = AC_CLASS[recompute_of(job)]
+    imports = ["from torchtitan.config import ParallelismConfig"]
+    if ac != "None":
+        imports.append("from torchtitan.distributed.activation_checkpoint import "
+                       + ac.split(".")[0])
+    body = imports + [
+        f"from torchtitan.models.{fl.name}.config_registry import {fl.function}",
+        "",
+        "",
+        f"def {CONFIG_FUNCTION}():",
+        f'    """{job.problem.model.name}, layout {job.layout.slug}."""',
+        f"    config = {fl.function}()",
+    ]
+    training = dict(sec["training"])
+    if job.layout.pp > 1:  # 0.3.0 validation: "CUDA graphs do not support pipeline parallelism"
+        training["disable_cuda_graphs"] = True
+    body += [f"    config.training.{k} = {v!r}" for k, v in training.items()]
+    body.append("    config.parallelism = ParallelismConfig(")
+    body += [f"        {k}={v!r}," for k, v in par.items()]
+    body += ["    )", f"    config.activation_checkpoint = {ac}", "    return config"]
+    return "\n".join(comments(job.header + notes(job, "0.3")) + body) + "\n"
+
+
 class TorchTitanExporter(Exporter):
-    """TorchTitan job-config TOML ([training], [parallelism], [activation_checkpoint])."""
+    """TorchTitan job config: the 0.3 Python module, or the <= 0.2.x TOML."""
 
     name = "torchtitan"
-    suffix = ".toml"
-    summary = "TorchTitan job config TOML (releases <= v0.2.2)"
+
+    def __init__(self, version: str | None = None):
+        self.line = release_line(version)
+        self.suffix = ".toml" if VERSIONS[self.line] == "toml" else ".py"
+        self.summary = (f"TorchTitan {self.line} config "
+                        + ("TOML (releases <= v0.2.2)" if self.suffix == ".toml" else
+                           "module (Python, --module/--config)"))
 
     def limits(self, job: Job) -> list[str]:
         return torchtitan_limits(job)
 
     def text(self, job: Job) -> str:
-        lines = comments(job.header + notes(job))
-        for table, values in sections(job).items():
-            lines += ["", f"[{table}]"] + [f"{k} = {_value(v)}" for k, v in values.items()]
-        return "\n".join(lines) + "\n"
+        return toml_text(job) if self.suffix == ".toml" else python_text(job)

@@ -33,6 +33,8 @@ def hf_config_to_model_dict(cfg: dict, default_name: str, source: str) -> dict:
         "activation": "swiglu" if act in {"silu", "swish", "swiglu"} else "gelu",
         "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
     }
+    if cfg.get("rope_theta"):
+        out["rope_theta"] = float(cfg["rope_theta"])
     if cfg.get("head_dim"):
         out["head_dim"] = cfg["head_dim"]
     n_experts = next((cfg[k] for k in _MOE_COUNT_KEYS if cfg.get(k)), None)

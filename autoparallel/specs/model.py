@@ -73,6 +73,9 @@ class ModelSpec(Spec):
     """Whether dropout is applied (each dropout mask stores 1 byte per element)."""
     tied_embeddings: bool = False
     """Whether the output projection shares the input embedding matrix."""
+    rope_theta: PositiveFloat | None = None
+    """Rotary position embedding base (HF `rope_theta`; Llama 3: 500000). None: not given, and
+    exporters write the launcher's default for a RoPE model (10000). It does not change cost."""
     n_params: PositiveFloat | None = None
     """Total parameter count; when given it replaces the architecture count and is spread evenly
     over the layers (the seed's ledger does this). Not allowed with `moe`."""

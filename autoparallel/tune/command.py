@@ -55,6 +55,8 @@ FILES = {"megatron_script": ("megatron", "megatron.sh"),
          "torchtitan_toml": ("torchtitan", "torchtitan.toml"),
          "deepspeed_json": ("deepspeed", "deepspeed.json")}
 """Placeholders that become a file path (exporter target, file name)."""
+FILE_FORMS = {"torchtitan": {"version": "0.2.2"}}
+"""Exporter options that give each file placeholder its form ({torchtitan_toml}: the TOML)."""
 SHELLS = {"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "csh", "tcsh"}
 
 
@@ -224,7 +226,7 @@ def render_exports(template: CommandTemplate, problem: Problem, layout: Layout,
     render = exporters_module().render
     out: dict[str, str | list[str]] = {}
     env: dict[str, str] = {}
-    texts = {t: render(t, problem, layout) for t in sorted(targets)}
+    texts = {t: render(t, problem, layout, **FILE_FORMS.get(t, {})) for t in sorted(targets)}
     if "megatron_args" in template.fields:
         out["megatron_args"], env = megatron_split(texts["megatron"])
     for name, (target, filename) in FILES.items():

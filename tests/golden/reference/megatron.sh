@@ -4,9 +4,9 @@
 #   micro-batches per step per replica
 # Megatron-LM derives DP = 64 / (TP 8 x PP 4 x CP 1) = 2 and 256 micro-batches per step itself.
 # ZeRO-1: Megatron's distributed optimizer (optimizer state sharded over DP x CP).
-# Not part of the layout, so not written here: data, tokenizer (vocab 128256), optimizer,
-#   normalization, position embedding / rotary base, biases;
-# append those Megatron-LM arguments after this script's name (they reach "$@").
+# Gradients in bf16 as planned (--grad-reduce-in-bf16).
+# Not written here: data, tokenizer (its vocabulary should be 128256), optimizer and schedule;
+#   append those Megatron-LM arguments after this script's name (they reach "$@").
 # Run this script on each of the 8 nodes with HEAD_NODE set to the first node's address (or export
 #   with --target slurm).
 set -euo pipefail
@@ -17,10 +17,14 @@ torchrun --nnodes 8 --nproc-per-node 8 --rdzv-id "${JOB_ID:-autoparallel}" --rdz
   --pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 4 \
   --context-parallel-size 1 \
   --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather \
+  --ddp-bucket-size 40000000 \
   --recompute-granularity selective --recompute-modules core_attn \
   --micro-batch-size 1 --global-batch-size 512 \
-  --seq-length 8192 --max-position-embeddings 8192 --bf16 \
+  --seq-length 8192 --max-position-embeddings 8192 \
+  --bf16 --grad-reduce-in-bf16 \
   --num-layers 80 --hidden-size 8192 --ffn-hidden-size 28672 \
   --num-attention-heads 64 --group-query-attention --num-query-groups 8 \
+  --normalization RMSNorm --position-embedding-type rope --rotary-base 500000 --disable-bias-linear \
   --swiglu --untie-embeddings-and-output-weights --attention-dropout 0.0 --hidden-dropout 0.0 \
+  --make-vocab-size-divisible-by 32 \
   "$@"

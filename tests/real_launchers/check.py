@@ -1,0 +1,99 @@
+"""Run inside the launcher virtual environment (see tests/test_real_launchers.py): read one
+exported file with the launcher's own config classes and print what they parsed as JSON, or
+{"skip": reason} when the launcher package cannot be imported here."""
+
+import json
+import os
+import sys
+
+
+def deepspeed(path: str, dp: int) -> dict:
+    import deepspeed.runtime.config as dsc
+
+    class MPU:  # the data-parallel group of rank 0 of a `dp`-process job (launchers.md §4.1)
+        def get_data_parallel_world_size(self):
+            return dp
+
+        def get_data_parallel_rank(self):
+            return 0
+
+        def get_model_parallel_world_size(self):
+            return 1
+
+    dsc.dist.get_rank = lambda *a, **k: 0  # no process group in a test: stand in for rank 0
+    c = dsc.DeepSpeedConfig(path, mpu=MPU())
+    return dict(train_batch_size=c.train_batch_size, micro=c.train_micro_batch_size_per_gpu,
+                accum=c.gradient_accumulation_steps, zero=c.zero_optimization_stage,
+                overlap_comm=c.zero_config.overlap_comm, bf16=c.bfloat16_config.enabled,
+                grad_accum_dtype=str(c.grad_accum_dtype),
+                reduce_bucket_size=int(c.zero_config.reduce_bucket_size),
+                checkpointing="activation_checkpointing" in json.load(open(path)))
+
+
+def torchtitan(path: str) -> dict:
+    from torchtitan.config import ConfigManager
+
+    sys.path.insert(0, os.path.dirname(path))
+    module = os.path.basename(path).removesuffix(".py")
+    c = ConfigManager().parse_args(["--module", module, "--config", "autoparallel_config"])
+    p, t = c.parallelism, c.training
+    return dict(model=[c.model_spec.name, c.model_spec.flavor],
+                dp_shard=p.data_parallel_shard_degree, dp_rep=p.data_parallel_replicate_degree,
+                tp=p.tensor_parallel_degree, pp=p.pipeline_parallel_degree,
+                cp=p.context_parallel_degree, layers_per_stage=p.pipeline_parallel_layers_per_stage,
+                schedule=p.pipeline_parallel_schedule, local=t.local_batch_size,
+                global_batch=t.global_batch_size, seq=t.seq_len,
+                ac=type(c.activation_checkpoint).__qualname__)
+
+
+def megatron_core(args: dict) -> dict:
+    """Build Megatron-Core's TransformerConfig and DDP config from the parsed flags (the
+    mapping of Megatron-LM's `core_transformer_config_from_args` / `get_megatron_ddp_config`)."""
+    import torch
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.transformer import TransformerConfig
+
+    tc = TransformerConfig(
+        num_layers=args["num_layers"], hidden_size=args["hidden_size"],
+        ffn_hidden_size=args["ffn_hidden_size"], num_attention_heads=args["num_attention_heads"],
+        num_query_groups=args["num_query_groups"], normalization=args["normalization"],
+        add_bias_linear=args["add_bias_linear"], gated_linear_unit=args["swiglu"],
+        tensor_model_parallel_size=args["tensor_model_parallel_size"],
+        pipeline_model_parallel_size=args["pipeline_model_parallel_size"],
+        sequence_parallel=args["sequence_parallel"], bf16=True, params_dtype=torch.bfloat16,
+        pipeline_dtype=torch.bfloat16,
+        recompute_granularity=args["recompute_granularity"],
+        recompute_method=args["recompute_method"], recompute_num_layers=args["recompute_num_layers"],
+        hidden_dropout=args["hidden_dropout"], attention_dropout=args["attention_dropout"])
+    ddp = DistributedDataParallelConfig(
+        grad_reduce_in_fp32=not args["grad_reduce_in_bf16"],
+        overlap_grad_reduce=args["overlap_grad_reduce"],
+        overlap_param_gather=args["overlap_param_gather"],
+        use_distributed_optimizer=args["use_distributed_optimizer"],
+        bucket_size=args["ddp_bucket_size"])
+    return dict(normalization=tc.normalization, add_bias_linear=tc.add_bias_linear,
+                gated=tc.gated_linear_unit, groups=tc.num_query_groups, kv=tc.kv_channels,
+                ffn=tc.ffn_hidden_size, grad_reduce_in_fp32=ddp.grad_reduce_in_fp32,
+                dist_opt=ddp.use_distributed_optimizer, bucket=ddp.bucket_size)
+
+
+def nanotron(path: str) -> dict:
+    import yaml
+    from nanotron.config.parallelism_config import ParallelismArgs
+
+    cfg = yaml.safe_load(open(path))
+    par = ParallelismArgs(**cfg["parallelism"])
+    return dict(dp=par.dp, tp=par.tp, pp=par.pp)
+
+
+if __name__ == "__main__":
+    kind, arg = sys.argv[1], sys.argv[2]
+    loaders = {"deepspeed": lambda: deepspeed(arg, int(sys.argv[3])),
+               "torchtitan": lambda: torchtitan(arg),
+               "megatron_core": lambda: megatron_core(json.loads(arg)),
+               "nanotron": lambda: nanotron(arg)}
+    try:
+        out = loaders[kind]()
+    except ImportError as exc:  # the package is not installable / importable here
+        out = {"skip": f"{type(exc).__name__}: {exc}"}
+    print("AUTOPARALLEL-RESULT " + json.dumps(out))

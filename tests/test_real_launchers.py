@@ -1,0 +1,75 @@
+"""The golden exports read by the launchers' own config classes (DeepSpeed `DeepSpeedConfig`,
+TorchTitan 0.3 `ConfigManager`, Megatron-Core `TransformerConfig` / `DistributedDataParallelConfig`,
+Nanotron `ParallelismArgs`), compared field by field with the plan.
+
+The launchers live in a separate virtual environment (they need torch): set
+AUTOPARALLEL_LAUNCHER_PYTHON to its python (.ci/run builds one with tests/real_launchers/
+requirements.txt). Without it every test here skips and says so; a package that cannot be
+imported there skips its test with the import error.
+"""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from autoparallel import Layout, make_problem
+from autoparallel.exporters import render
+from launcher_checks import megatron_script_layout
+
+HERE = Path(__file__).parent
+GOLDEN = HERE / "golden" / "reference"
+PYTHON = os.environ.get("AUTOPARALLEL_LAUNCHER_PYTHON")
+pytestmark = pytest.mark.skipif(
+    not PYTHON, reason="AUTOPARALLEL_LAUNCHER_PYTHON is not set: no virtual environment with "
+    "deepspeed, torchtitan, megatron-core, nanotron (.ci/run builds one)")
+
+
+def parse(kind: str, *args: str) -> dict:
+    r = subprocess.run([PYTHON, str(HERE / "real_launchers" / "check.py"), kind, *args],
+                       capture_output=True, text=True, timeout=300)
+    line = next((x for x in r.stdout.splitlines() if x.startswith("AUTOPARALLEL-RESULT ")), None)
+    assert line is not None, f"{kind} parser failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    out = json.loads(line.removeprefix("AUTOPARALLEL-RESULT "))
+    if "skip" in out:
+        pytest.skip(f"{kind} cannot be imported in {PYTHON}: {out['skip']}")
+    return out
+
+
+def test_deepspeed_config_accepts_the_zero3_full_recompute_golden():
+    got = parse("deepspeed", str(GOLDEN / "deepspeed-dp64-z3-full.json"), "64")
+    assert got == dict(train_batch_size=512, micro=1, accum=8, zero=3, overlap_comm=True,
+                       bf16=True, grad_accum_dtype="bf16", reduce_bucket_size=64_000_000,
+                       checkpointing=True)
+
+
+def test_torchtitan_03_config_manager_loads_the_golden_module(tmp_path):
+    module = tmp_path / "ap_golden.py"
+    module.write_text((GOLDEN / "torchtitan.py").read_text())
+    got = parse("torchtitan", str(module))
+    assert got == dict(model=["llama3", "70B"], dp_shard=2, dp_rep=1, tp=8, pp=4, cp=1,
+                       layers_per_stage=4, schedule="Interleaved1F1B", local=256,
+                       global_batch=512, seq=8192, ac="SelectiveAC.Config")
+
+
+@pytest.mark.parametrize("grad_dtype", ["bf16", "fp32"])
+def test_megatron_core_builds_the_planned_model_from_the_script(grad_dtype):
+    """Megatron-LM's own parser is not in the megatron-core wheel (megatron/training is not
+    packaged); the flags, read by tests/launcher_checks.py's mirror of it, build Megatron-Core's
+    TransformerConfig and DDP config as Megatron-LM does."""
+    p = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512,
+                     grad_dtype=grad_dtype)
+    lay = Layout(tp=8, pp=4, vp=5, zero=1, recompute="selective")
+    text = (GOLDEN / "megatron.sh").read_text() if grad_dtype == "bf16" else render("megatron", p, lay)
+    g = vars(megatron_script_layout(text)["args"])
+    got = parse("megatron_core", json.dumps(g))
+    assert got == dict(normalization="RMSNorm", add_bias_linear=False, gated=True, groups=8,
+                       kv=128, ffn=28672, grad_reduce_in_fp32=grad_dtype == "fp32",
+                       dist_opt=True, bucket=40_000_000)
+
+
+def test_nanotron_parallelism_args_accept_the_golden():
+    got = parse("nanotron", str(GOLDEN / "nanotron-vp1-no-recompute.yaml"))
+    assert got == dict(dp=2, tp=8, pp=4)
