@@ -123,6 +123,11 @@ def megatron_parser() -> _Parser:
     prec = p.add_mutually_exclusive_group()
     prec.add_argument("--bf16", action="store_true")
     prec.add_argument("--fp16", action="store_true")
+    a("--fp8-format", choices=["e4m3", "hybrid"], default=None)
+    a("--fp8-recipe", choices=["tensorwise", "delayed", "mxfp8", "blockwise", "custom"],
+      default="delayed")
+    a("--fp4-format", choices=["e2m1"], default=None)
+    a("--fp4-recipe", choices=["nvfp4", "custom"], default="nvfp4")
     a("--num-layers", type=int, required=True)
     a("--hidden-size", type=int, required=True)
     a("--ffn-hidden-size", type=int, default=None)
@@ -207,7 +212,14 @@ def megatron_layout(words: list[str], world: int, env: dict) -> dict:
         _need(world % (etp * ep * pp) == 0, "world % (ETP*EP*PP) != 0")
     _need(g.max_position_embeddings is None or g.max_position_embeddings >= g.seq_length,
           "max-position-embeddings < seq-length")
-    _need(g.bf16, "the plan assumes bf16")
+    _need(g.bf16 or g.fp16, "16-bit parameters (--bf16 or --fp16)")
+    if g.fp4_format:
+        precision = "nvfp4"
+    elif g.fp8_format:
+        precision = {"tensorwise": "fp8", "delayed": "fp8", "blockwise": "fp8-blockwise",
+                     "mxfp8": "mxfp8"}[g.fp8_recipe]
+    else:
+        precision = "fp16" if g.fp16 else "bf16"
     if g.use_megatron_fsdp:
         zero = {"no_shard": 0, "optim": 1, "optim_grads": 2,
                 "optim_grads_params": 3}[g.data_parallel_sharding_strategy]
@@ -226,7 +238,8 @@ def megatron_layout(words: list[str], world: int, env: dict) -> dict:
         grad = {"auto": "bf16"}.get(g.megatron_fsdp_main_grads_dtype,
                                     g.megatron_fsdp_main_grads_dtype)
     rc = g.recompute_granularity or "none"
-    return dict(grad_dtype=grad, dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, recompute=rc,
+    return dict(grad_dtype=grad, precision=precision, dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep,
+                zero=zero, recompute=rc,
                 sp=bool(g.sequence_parallel and tp > 1), micro_batch=mbs, micro_batches=m,
                 world=world, args=g)
 

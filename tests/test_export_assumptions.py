@@ -106,3 +106,16 @@ def test_torchtitan_names_the_model_in_both_forms():
         assert (got["tp"], got["pp"], got["vp"], got["dp"], got["recompute"]) == (
             8, 4, 5, 2, "selective")
         assert (got["micro_batch"], got["global_batch"], got["seq_len"]) == (1, 512, 8192)
+
+
+@pytest.mark.parametrize("gpu,precision", [("h100", "bf16"), ("h100", "fp8"),
+                                           ("h100", "fp8-blockwise"), ("b200", "mxfp8"),
+                                           ("b200", "nvfp4")])
+def test_megatron_export_writes_the_planned_precision_and_tp_overlap(gpu, precision):
+    # the default stack (megatron-core) overlaps TP communication; the recipe is written as
+    # Megatron-LM's --fp8-format/--fp8-recipe or --fp4-format/--fp4-recipe
+    problem = make_problem("llama3-70b", gpu, 64, seq_len=8192, global_batch=512,
+                           precision=precision)
+    got = megatron_script_layout(render("megatron", problem, REFERENCE))
+    assert got["precision"] == precision
+    assert got["args"].tp_comm_overlap is problem.training.tp_comm_overlap is True

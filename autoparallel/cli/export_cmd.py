@@ -117,7 +117,7 @@ def export_command(
     else:
         if row is not None:
             raise SpecError("--row needs --from sweep.csv")
-        problem = problem.build()
+        problem = problem.for_target(target).build()
         if rank is not None and layout_flags:
             raise SpecError(f"give either --rank or layout flags, not both (got --rank and "
                             f"{', '.join(layout_flags)})")

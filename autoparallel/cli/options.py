@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from dataclasses import dataclass, fields, make_dataclass
@@ -47,6 +48,11 @@ def _job_option(name: str):
     return Annotated[typ, typer.Option(flag, help=help_text, show_default=False)]
 
 
+TARGET_STACKS = {"megatron": "megatron-core", "slurm": "megatron-core", "torchtitan": "torchtitan",
+                 "deepspeed": "deepspeed", "nanotron": "nanotron"}
+"""The software stack each export target launches: `--target` implies it unless `--stack` is given."""
+
+
 class _ProblemBase:
     """Behaviour of the generated `ProblemOptions` dataclass."""
 
@@ -61,6 +67,19 @@ class _ProblemBase:
     def job(self) -> dict:
         """The job settings that were given (JobSpec field -> value)."""
         return {k: getattr(self, k) for k in JOB_FIELDS if getattr(self, k) is not None}
+
+    def for_target(self, target: str | None):
+        """These options with the stack the launcher `target` runs when `--stack` was not given
+        (`TARGET_STACKS`); a warning on stderr when `--stack` names another stack."""
+        if target is None or target not in TARGET_STACKS:
+            return self
+        implied = TARGET_STACKS[target]
+        if self.stack is None:
+            return dataclasses.replace(self, stack=implied)
+        if self.stack != implied:
+            typer.echo(f"warning: --target {target} runs the {implied} stack but --stack is "
+                       f"{self.stack}: the plan is costed for {self.stack}", err=True)
+        return self
 
     def build(self):
         """The `Problem`, naming any missing flag in a SpecError."""

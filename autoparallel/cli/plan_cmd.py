@@ -80,7 +80,7 @@ def plan_command(
     """Rank every layout that fits, fastest first, and explain the winner."""
     if top < 1:
         raise SpecError(f"`--top` = {top}: must be at least 1")
-    problem = problem.build()
+    problem = problem.for_target(target).build()
     sp_space = search.search_space()
     rules = search.rules()
     objectives = [o.strip() for o in objective.split(",")]

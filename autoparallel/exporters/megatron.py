@@ -90,12 +90,25 @@ parameter dtype (2 bytes); `get_megatron_ddp_config` passes it on as `grad_reduc
 (Megatron-LM d98e8a64 `megatron/training/arguments.py`, `training.py`)."""
 
 
+PRECISION_FLAGS: dict[str, list[str]] = {
+    "bf16": [], "fp16": [],
+    # per-tensor current scaling (the cost model's `fp8` reads each tensor once for its amax)
+    "fp8": ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"],
+    "fp8-blockwise": ["--fp8-format", "e4m3", "--fp8-recipe", "blockwise"],
+    "mxfp8": ["--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"],
+    "nvfp4": ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"],
+}
+"""Megatron-LM flags of each precision recipe (`--fp8-format/--fp8-recipe`,
+`--fp4-format/--fp4-recipe`; Transformer Engine recipes, docs/cost-model.md "Precision")."""
+
+
 def training_args(job: Job) -> list[list]:
     """The job settings of `problem.training` the cost model assumed, as flags: precision,
     gradient dtype (memory ledger: 2 or 4 bytes per gradient) and TP communication overlap.
     Every training setting maps to Megatron-LM here, in one place."""
     lay, tr = job.layout, job.problem.training
-    words = ["--bf16", GRAD_FLAG[tr.grad_dtype]]
+    words = ["--fp16" if tr.precision == "fp16" else "--bf16", GRAD_FLAG[tr.grad_dtype]]
+    words += PRECISION_FLAGS[tr.precision]
     if lay.zero in SHARDING:  # Megatron-FSDP keeps its own main-gradient dtype
         words += ["--megatron-fsdp-main-grads-dtype", tr.grad_dtype]
     if lay.sp and tr.tp_comm_overlap:

@@ -4,7 +4,7 @@
 #   micro-batches per step per replica
 # Megatron-LM derives DP = 64 / (TP 8 x PP 4 x CP 1) = 2 and 256 micro-batches per step itself.
 # ZeRO-1: Megatron's distributed optimizer (optimizer state sharded over DP x CP).
-# Gradients in bf16 as planned (--grad-reduce-in-bf16).
+# Gradients in fp32 as planned (--accumulate-allreduce-grads-in-fp32).
 # Not written here: data, tokenizer (its vocabulary should be 128256), optimizer and schedule;
 #   append those Megatron-LM arguments after this script's name (they reach "$@").
 # Run this script on each of the 8 nodes with HEAD_NODE set to the first node's address (or export
@@ -21,7 +21,7 @@ torchrun --nnodes 8 --nproc-per-node 8 --rdzv-id "${JOB_ID:-autoparallel}" --rdz
   --recompute-granularity selective --recompute-modules core_attn \
   --micro-batch-size 1 --global-batch-size 512 \
   --seq-length 8192 --max-position-embeddings 8192 \
-  --bf16 --grad-reduce-in-bf16 \
+  --bf16 --accumulate-allreduce-grads-in-fp32 --tp-comm-overlap \
   --num-layers 80 --hidden-size 8192 --ffn-hidden-size 28672 \
   --num-attention-heads 64 --group-query-attention --num-query-groups 8 \
   --normalization RMSNorm --position-embedding-type rope --rotary-base 500000 --disable-bias-linear \
