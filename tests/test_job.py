@@ -218,3 +218,15 @@ def test_fp8_runs_linear_gemms_at_the_fp8_peak_and_keeps_weight_copies():
     c, d = estimate(tt, lay), estimate(tb, lay)
     assert c["memory_gib"]["params"] == d["memory_gib"]["params"]
     assert c["memory_gib"]["activations"] == d["memory_gib"]["activations"]
+
+
+def test_target_implies_its_stack_and_warns_when_stack_differs():
+    r = run_cli("plan", *BASE, "--target", "torchtitan", "--top", "1", "--format", "json",
+                "--keep", "0")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["problem"]["stack"] == "torchtitan" and "warning" not in r.stderr
+    r = run_cli("plan", *BASE, "--target", "torchtitan", "--stack", "fsdp", "--top", "1",
+                "--format", "json", "--keep", "0")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["problem"]["stack"] == "fsdp"
+    assert "warning: --target torchtitan runs the torchtitan stack but --stack is fsdp" in r.stderr

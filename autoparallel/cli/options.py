@@ -53,16 +53,8 @@ TARGET_STACKS = {"megatron": "megatron-core", "slurm": "megatron-core", "torchti
 """The software stack each export target launches: `--target` implies it unless `--stack` is given."""
 
 
-class _ProblemBase:
-    """Behaviour of the generated `ProblemOptions` dataclass."""
-
-    def given(self) -> list[str]:
-        """Flags of the problem-defining options that were given."""
-        return [flag for flag, v in self._defining() if v is not None]
-
-    def _defining(self):
-        return (("--model", self.model), ("--gpu", self.gpu), ("--gpus", self.gpus),
-                ("--seq-len", self.seq_len), ("--global-batch", self.global_batch))
+class _JobBase:
+    """Behaviour of the generated option dataclasses that hold the job settings."""
 
     def job(self) -> dict:
         """The job settings that were given (JobSpec field -> value)."""
@@ -80,6 +72,19 @@ class _ProblemBase:
             typer.echo(f"warning: --target {target} runs the {implied} stack but --stack is "
                        f"{self.stack}: the plan is costed for {self.stack}", err=True)
         return self
+
+
+
+class _ProblemBase(_JobBase):
+    """Behaviour of the generated `ProblemOptions` dataclass."""
+
+    def given(self) -> list[str]:
+        """Flags of the problem-defining options that were given."""
+        return [flag for flag, v in self._defining() if v is not None]
+
+    def _defining(self):
+        return (("--model", self.model), ("--gpu", self.gpu), ("--gpus", self.gpus),
+                ("--seq-len", self.seq_len), ("--global-batch", self.global_batch))
 
     def build(self):
         """The `Problem`, naming any missing flag in a SpecError."""
@@ -102,10 +107,6 @@ ProblemOptions = make_dataclass(
 ProblemOptions.__module__ = __name__
 
 
-class _JobBase:
-    def job(self) -> dict:
-        """The job settings that were given (JobSpec field -> value)."""
-        return {k: getattr(self, k) for k in JOB_FIELDS if getattr(self, k) is not None}
 
 
 JobOptions = make_dataclass(

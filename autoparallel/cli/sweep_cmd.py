@@ -40,6 +40,7 @@ def sweep_command(
     target: Annotated[Optional[str], typer.Option(help="Keep only layouts this launcher can run.", show_default=False)] = None,
 ) -> None:
     """Plan a grid of problems into one CSV (one row per problem and ranked layout)."""
+    job = job.for_target(target)
     if not output:
         raise SpecError("missing --output: a sweep writes a CSV (it resumes when the file exists)")
     if sweep_file:

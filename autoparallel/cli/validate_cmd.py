@@ -95,6 +95,14 @@ def _print_report(console: Console, pred: pd.DataFrame, skipped: pd.DataFrame, t
             for name, n in assumed.value_counts().items():
                 t.add_row(name, str(n))
             console.print(t)
+        if "profile_basis" in pred:
+            t = Table(title="efficiency profile used (stack fit on this GPU, nearest GPU, or preset)",
+                      title_justify="left")
+            t.add_column("profile")
+            t.add_column("rows", justify="right")
+            for name, n in pred["profile_basis"].value_counts().items():
+                t.add_row(str(name), str(n))
+            console.print(t)
         w = worst(pred, 10)
         t = Table(title="worst ten rows (|step error|)", title_justify="left")
         for col in ("row", "source", "model", "GPUs", "layout", "measured s", "predicted s",
