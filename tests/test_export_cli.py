@@ -37,8 +37,11 @@ def test_rank_exports_the_planned_layout():
     r = run_cli("export", "--target", "torchtitan", "--target-version", "0.2.2", *PROBLEM,
                 "--rank", "1")
     assert r.returncode == 0, r.stderr
+    # --target implies its stack (torchtitan, deepspeed) unless --stack is given
+    titan = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512, stack="torchtitan")
     assert tomllib.loads(r.stdout)["parallelism"]["tensor_parallel_degree"] == \
-        plan(problem, top=1, target="torchtitan").ranked.table.row(0).tp
+        plan(titan, top=1, target="torchtitan").ranked.table.row(0).tp
+    problem = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512, stack="deepspeed")
     ds = plan(problem, top=2, target="deepspeed")
     assert len(ds.ranked) == 2 and check("deepspeed", problem, plan(problem, top=1).ranked.table.row(0))
     r = run_cli("export", "--target", "deepspeed", *PROBLEM, "--rank", "2")
