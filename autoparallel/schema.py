@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict
 from .errors import SpecError
 from .specs import GPUSpec, Layout, ModelSpec, Profile
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 """Version of the output schemas (`estimate`, `plan`). Version 2: field descriptions with units
 and a typed `problem` object in the plan output. `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
@@ -43,6 +43,10 @@ class LayoutOut(_Out):
     """Sequences per micro-batch."""
     grad_accum: int
     """Micro-batches per optimizer step per data-parallel replica (global batch / (dp x micro_batch))."""
+    stage_layers: list[int | float]
+    """Transformer layers per pipeline stage, first to last (one value when pp = 1)."""
+    schedule: str
+    """Pipeline schedule: 1f1b, interleaved, zb-h1, zbv, dualpipe or dualpipev."""
 
 
 class MemoryOut(_Out):

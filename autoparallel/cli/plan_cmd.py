@@ -13,7 +13,7 @@ from ..errors import InfeasibleError, SpecError
 from ..search.explain import largest_costs, nothing_fits_message, why_first
 from ..search.plan import plan
 from . import app
-from .render import make_console
+from .render import layout_slug, make_console
 from .options import Fmt, ProblemOptions, SearchOptions, with_options
 
 def print_plan(result, console: Console) -> None:
@@ -29,10 +29,7 @@ def print_plan(result, console: Console) -> None:
                          ("step s", "right"), ("MFU", "right"), ("tok/s/GPU", "right")):
         table.add_column(col, justify=justify)
     for rec in result.records():
-        lay = rec["layout"]
-        sp = "-sp" if lay["sp"] else ""
-        slug = (f"dp{lay['dp']}-tp{lay['tp']}-pp{lay['pp']}-vp{lay['vp']}-cp{lay['cp']}-ep{lay['ep']}"
-                f"-z{lay['zero']}-r{lay['recompute']}{sp}-mb{lay['micro_batch']}")
+        slug = layout_slug(rec)
         table.add_row(str(rec["rank"]), slug, f"{rec['memory_gib']['total']:.1f}",
                       f"{rec['time_s']['step']:.3f}", f"{rec['mfu'] * 100:.1f}%",
                       f"{rec['tokens_per_s_per_gpu']:,.0f}")
