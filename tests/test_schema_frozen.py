@@ -22,6 +22,7 @@ GOLDEN = Path(__file__).parent / "golden" / "schema"
 FROZEN = {
     "1": "76a95d8b0c0a9458a79587eda8a8fe2655143dac53fd7a9ac2827393ee79f33c",
     "2": "a71a9639704ee361f283e516af771cd79d128da8061e4510774b30febc5115c4",
+    "3": "cab269818d3ac025e49dc48bc62661243969f07405791c7df3351cceab074e09",
 }
 """sha256 of each released golden (canonical JSON: sorted keys, no spaces)."""
 
