@@ -16,7 +16,8 @@ from .cost.time import TIME_ITEMS, time_ledger
 from .errors import SpecError
 from .layouts import LayoutTable
 from .rules import Reject, check_rules, explain
-from .specs.layout import RECOMPUTE_NAMES, Layout
+from .cost.stages import stage_layer_counts
+from .specs.layout import RECOMPUTE_NAMES, SCHEDULE_NAMES, Layout
 from .specs.problem import Problem
 from .units import GiB, TFLOPS
 
@@ -28,7 +29,7 @@ MEMORY_KEYS = (
 TIME_KEYS = TIME_ITEMS + ("step",)
 """Keys of `time_s` in the estimate JSON, in order."""
 LAYOUT_KEYS = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch",
-               "grad_accum")
+               "grad_accum", "stage_layers", "schedule")
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,8 @@ class Evaluation:
             "sp": bool(t["sp"][i]),
             "micro_batch": int(t["mb"][i]),
             "grad_accum": m,
+            "stage_layers": self.stage_layers(i),
+            "schedule": SCHEDULE_NAMES[int(t["sch"][i])].value,
         }
         return {
             "model": self.problem.model.name,
@@ -106,6 +109,16 @@ class Evaluation:
             "band": bands.basis(i),
         }
 
+    def stage_layers(self, i: int) -> list[float]:
+        """Transformer layers per pipeline stage of row i, first to last (whole numbers for a
+        layout that passes the `layers` rule)."""
+        first, mid, last, _ = stage_layer_counts(self.arch.n_layers, self.table.take([i]))
+        pp = int(self.table["pp"][i])
+        if pp == 1:
+            return [_whole(self.arch.n_layers)]
+        f, md, la = (_whole(float(np.asarray(x).reshape(-1)[0])) for x in (first, mid, last))
+        return [f] + [md] * (pp - 2) + [la]
+
     def columns(self) -> dict[str, np.ndarray]:
         """Flat columns: layout, `mem_<item>_gib`, `time_<item>_s`, `fits`, `mfu`, throughput."""
         t = self.table
@@ -116,6 +129,9 @@ class Evaluation:
         cols["sp"] = t["sp"].astype(bool)
         cols["micro_batch"] = t["mb"]
         cols["grad_accum"] = self.time["m"].astype(np.int64)
+        cols["schedule"] = np.array([SCHEDULE_NAMES[int(c)].value for c in t["sch"]], dtype=object)
+        cols["first_stage_layers"] = t["lf"]
+        cols["last_stage_layers"] = t["ll"]
         for k in MEMORY_KEYS:
             cols[f"mem_{k}_gib"] = self.memory[k] / GiB
         for k in TIME_KEYS:
@@ -164,11 +180,17 @@ def estimate(problem: Problem, layout: Layout, rules=None) -> dict:
             it is `fits: false`.
     """
     resolved = layout.resolved(problem.cluster.n_gpus)
-    ev = evaluate(problem, LayoutTable.from_layouts([resolved], problem.cluster.n_gpus), rules)
+    table = LayoutTable.from_layouts([resolved], problem.cluster.n_gpus, problem.model.n_layers)
+    ev = evaluate(problem, table, rules)
     broken = int(ev.reject[0]) & ~int(Reject.OOM)
     if broken:
         raise SpecError(_layout_error(problem, resolved, broken))
     return ev.record(0)
+
+
+def _whole(x: float):
+    """An integral float as int (layer counts), else the float."""
+    return int(x) if float(x).is_integer() else float(x)
 
 
 def _layout_error(problem: Problem, lay: Layout, flags: int) -> str:
@@ -186,10 +208,16 @@ def _layout_error(problem: Problem, lay: Layout, flags: int) -> str:
             f"`tp` = {lay.tp} must divide `n_heads` ({m.n_heads}) and divide or be a multiple of "
             f"`n_kv_heads` ({m.kv_heads}): each TP rank needs whole heads"
         )
-    if flags & Reject.LAYERS:
+    if flags & Reject.LAYERS and lay.stage_layers:
+        lines.append(
+            f"`stage_layers` {lay.stage_layers} must sum to `n_layers` ({m.n_layers}) with every "
+            f"stage divisible by vp ({lay.vp}): each pipeline chunk holds a whole number of layers"
+        )
+    elif flags & Reject.LAYERS:
         lines.append(
             f"`pp x vp` = {lay.pp * lay.vp} must divide `n_layers` ({m.n_layers}): each pipeline "
-            "chunk holds a whole number of layers"
+            "chunk holds a whole number of layers; or give an uneven split (`stage_layers`, "
+            "e.g. first and last stages one layer short)"
         )
     if flags & Reject.SEQ:
         lines.append(
@@ -206,6 +234,14 @@ def _layout_error(problem: Problem, lay: Layout, flags: int) -> str:
         lines.append(
             f"interleaving (`vp` = {lay.vp}) needs pp > 1 and micro-batches per step ({mb}) "
             f"to be a multiple of pp ({lay.pp})"
+        )
+    if flags & Reject.SCHEDULE:
+        mb = tr.global_batch // max(lay.dp * lay.micro_batch, 1)
+        lines.append(
+            f"schedule `{lay.pipeline_schedule.value}` with pp = {lay.pp}, vp = {lay.vp} and {mb} "
+            "micro-batches: 1f1b/zb-h1/dualpipe run vp = 1, interleaved vp > 1, zbv/dualpipev "
+            "vp = 2, all but 1f1b need pp > 1; dualpipe needs an even pp and dualpipe(v) at "
+            "least 2 x pp micro-batches"
         )
     if flags & Reject.EXPERTS:
         n_exp = m.moe.n_experts if m.moe else 0

@@ -7,11 +7,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .specs.layout import RECOMPUTE_CODES, RECOMPUTE_NAMES, Layout, Recompute
+from .specs.layout import (
+    RECOMPUTE_CODES, RECOMPUTE_NAMES, SCHEDULE_CODES, SCHEDULE_NAMES, Layout, Recompute,
+    default_schedule,
+)
 
-COLUMNS = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "rc", "sp", "mb")
+COLUMNS = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "rc", "sp", "mb", "lf", "ll", "sch")
 """Column names; `rc` is the recompute code (0 none, 1 selective, 2 full), `sp` 0/1, `mb` the
-micro-batch size."""
+micro-batch size, `lf`/`ll` the transformer layers on the first/last pipeline stage (0 = the even
+split; the middle stages share the rest equally), `sch` the schedule code (`SCHEDULE_CODES`)."""
+OPTIONAL_COLUMNS = ("lf", "ll", "sch")
+"""Columns `from_arrays` fills when omitted: even split, default schedule for the row's vp."""
 
 
 @dataclass(frozen=True)
@@ -19,6 +25,9 @@ class LayoutTable:
     """One row per candidate layout; every column is a 1-D int64 array of the same length."""
 
     columns: Mapping[str, np.ndarray]
+    n_layers: int = 0
+    """Transformer layers of the model: spells out the middle stages of an uneven split in
+    `row` (0 = unknown; rows with an uneven split then need it)."""
 
     def __post_init__(self):
         lengths = {len(np.asarray(v)) for v in self.columns.values()}
@@ -33,32 +42,52 @@ class LayoutTable:
 
     def take(self, index: np.ndarray) -> LayoutTable:
         """Rows at `index` (integer or boolean array)."""
-        return LayoutTable({k: v[index] for k, v in self.columns.items()})
+        return LayoutTable({k: v[index] for k, v in self.columns.items()}, self.n_layers)
 
     def row(self, i: int) -> Layout:
         """Row i as a `Layout`."""
         c = {k: int(v[i]) for k, v in self.columns.items()}
+        split = None
+        if c["lf"] or c["ll"]:
+            if not self.n_layers:
+                raise ValueError("LayoutTable.row: an uneven split needs the table's n_layers")
+            mid = [(self.n_layers - c["lf"] - c["ll"]) // max(c["pp"] - 2, 1)] * (c["pp"] - 2)
+            split = [c["lf"], *mid, c["ll"]] if c["pp"] > 1 else None
+        sch = SCHEDULE_NAMES[c["sch"]]
         return Layout(
             dp=c["dp"], tp=c["tp"], pp=c["pp"], vp=c["vp"], cp=c["cp"], ep=c["ep"],
             zero=c["zero"], recompute=RECOMPUTE_NAMES[c["rc"]], sp=bool(c["sp"]),
-            micro_batch=c["mb"],
+            micro_batch=c["mb"], stage_layers=split,
+            schedule=None if sch == default_schedule(c["vp"]) else sch,
         )
 
+
     @classmethod
-    def from_layouts(cls, layouts: Sequence[Layout], n_gpus: int) -> LayoutTable:
+    def from_layouts(cls, layouts: Sequence[Layout], n_gpus: int, n_layers: int = 0) -> LayoutTable:
         """Build a table from layouts; `dp` and `sp` are resolved against `n_gpus`."""
         rows = [lay.resolved(n_gpus) for lay in layouts]
+        if not n_layers:
+            n_layers = next((sum(r.stage_layers) for r in rows if r.stage_layers), 0)
         data = {
             "dp": [r.dp for r in rows], "tp": [r.tp for r in rows], "pp": [r.pp for r in rows],
             "vp": [r.vp for r in rows], "cp": [r.cp for r in rows], "ep": [r.ep for r in rows],
             "zero": [r.zero for r in rows],
             "rc": [RECOMPUTE_CODES[Recompute(r.recompute)] for r in rows],
             "sp": [int(bool(r.sp)) for r in rows], "mb": [r.micro_batch for r in rows],
+            "lf": [r.stage_layers[0] if r.stage_layers else 0 for r in rows],
+            "ll": [r.stage_layers[-1] if r.stage_layers else 0 for r in rows],
+            "sch": [SCHEDULE_CODES[r.pipeline_schedule] for r in rows],
         }
-        return cls({k: np.asarray(v, dtype=np.int64) for k, v in data.items()})
+        return cls({k: np.asarray(v, dtype=np.int64) for k, v in data.items()}, n_layers)
 
     @classmethod
-    def from_arrays(cls, **arrays) -> LayoutTable:
-        """Build from keyword arrays (broadcast to a common length)."""
+    def from_arrays(cls, n_layers: int = 0, **arrays) -> LayoutTable:
+        """Build from keyword arrays (broadcast to a common length); `lf`, `ll` default to 0
+        (even split) and `sch` to the default schedule of each row's vp."""
+        arrays = dict(arrays)
+        arrays.setdefault("lf", 0)
+        arrays.setdefault("ll", 0)
+        if "sch" not in arrays:
+            arrays["sch"] = np.where(np.asarray(arrays["vp"]) > 1, 1, 0)
         b = np.broadcast_arrays(*(np.asarray(arrays[k], dtype=np.int64) for k in COLUMNS))
-        return cls({k: np.ascontiguousarray(v) for k, v in zip(COLUMNS, b)})
+        return cls({k: np.ascontiguousarray(v) for k, v in zip(COLUMNS, b)}, n_layers)

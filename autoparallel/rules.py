@@ -28,6 +28,7 @@ class Reject(IntFlag):
     TP_NODE = 128
     EP_NODE = 256
     OOM = 512
+    SCHEDULE = 1024
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,21 @@ def _heads(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
 
 
 def _layers(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
-    return a.n_layers % (t["pp"] * t["vp"]) != 0
+    """Even split: pp x vp divides the layers. Uneven (`lf`, `ll` set): first, last and the equal
+    middle stages hold whole, positive layer counts that sum to the layers, each divisible by vp
+    (Megatron-Core's checks, launchers.md §1.1 validation)."""
+    L, pp, vp = a.n_layers, t["pp"], t["vp"]
+    even_bad = L % (pp * vp) != 0
+    lf, ll = t["lf"], t["ll"]
+    uneven = (lf > 0) | (ll > 0)
+    if not np.any(uneven):
+        return even_bad
+    rest = L - lf - ll
+    n_mid = np.maximum(pp - 2, 1)
+    mid = rest // n_mid
+    mid_bad = np.where(pp > 2, (rest % n_mid != 0) | (mid < 1) | (mid % vp != 0), rest != 0)
+    uneven_bad = (pp < 2) | (lf < 1) | (ll < 1) | (lf % vp != 0) | (ll % vp != 0) | mid_bad
+    return np.where(uneven, uneven_bad, even_bad)
 
 
 def _seq(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
@@ -68,7 +83,20 @@ def _batch(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
 
 def _interleave(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
     m = p.training.global_batch // np.maximum(t["dp"] * t["mb"], 1)
-    return (t["vp"] > 1) & ((t["pp"] == 1) | (m % t["pp"] != 0))
+    return (t["vp"] > 1) & (t["sch"] <= 1) & ((t["pp"] == 1) | (m % t["pp"] != 0))
+
+
+def _schedule(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
+    """Schedule and chunks agree (1F1B, ZB-H1, DualPipe: vp = 1; interleaved: vp > 1; ZB-V,
+    DualPipeV: vp = 2; all but 1F1B need pp > 1); DualPipe needs an even pp and DualPipe(V) at
+    least 2 pp micro-batches (deepseek-ai/DualPipe `step` asserts)."""
+    sch, vp, pp = t["sch"], t["vp"], t["pp"]
+    m = p.training.global_batch // np.maximum(t["dp"] * t["mb"], 1)
+    need_vp = np.choose(np.clip(sch, 0, 5), [1, 0, 1, 2, 1, 2])  # 0: any vp > 1
+    vp_bad = np.where(need_vp == 0, vp == 1, vp != need_vp)
+    dual_bad = (sch >= 4) & (m < 2 * pp)
+    return (sch < 0) | (sch > 5) | vp_bad | ((sch > 0) & (pp == 1)) | dual_bad | (
+        (sch == 4) & (pp % 2 != 0))
 
 
 def _experts(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
@@ -93,13 +121,19 @@ RULES: tuple[Rule, ...] = (
     Rule("world", Reject.WORLD, "dp x tp x pp x cp must equal the GPU count", _world),
     Rule("heads", Reject.HEADS,
          "tp must divide the query heads, and divide or be a multiple of the KV heads", _heads),
-    Rule("layers", Reject.LAYERS, "layers must divide evenly into pp x vp model chunks", _layers),
+    Rule("layers", Reject.LAYERS,
+         "layers must divide evenly into pp x vp model chunks, or an uneven split (first, equal "
+         "middles, last) must sum to them with each stage divisible by vp", _layers),
     Rule("seq", Reject.SEQ,
          "sequence must divide by 2 x cp (load-balanced ring) and its CP share by tp with SP", _seq),
     Rule("batch", Reject.BATCH, "global batch must divide by dp x micro_batch", _batch),
     Rule("interleave", Reject.INTERLEAVE,
          "interleaving (vp > 1) needs pp > 1 and micro-batches per step a multiple of pp",
          _interleave),
+    Rule("schedule", Reject.SCHEDULE,
+         "the schedule fixes the chunks per rank (1f1b/zb-h1/dualpipe vp = 1, interleaved vp > 1, "
+         "zbv/dualpipev vp = 2) and needs pp > 1; dualpipe needs an even pp, dualpipe(v) at least "
+         "2 x pp micro-batches", _schedule),
     Rule("experts", Reject.EXPERTS,
          "ep must divide the experts and dp x cp (ep = 1 for dense models)", _experts),
     Rule("tp_in_node", Reject.TP_NODE,

@@ -16,7 +16,8 @@ with units and a typed `problem` object in the plan output. Version 3: the job s
 (`JobSpec`: stack, precision, dtypes, overlaps, overrides) in the estimate's `job` object and
 the plan's `problem`, `profile_basis`; error bands (`time_s.step_low`, `time_s.step_high`,
 `memory_gib.total_high`, `band`), `tied` and `robustness` per ranked layout, `rank_by` and
-`n_tied` in the plan, and the capacity output. `tests/golden/schema/v<N>.json` freezes each
+`n_tied` in the plan, the capacity output, and `layout.stage_layers` / `layout.schedule`
+(uneven pipeline splits and pipeline schedules). `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 
 
@@ -49,6 +50,10 @@ class LayoutOut(_Out):
     """Sequences per micro-batch."""
     grad_accum: int
     """Micro-batches per optimizer step per data-parallel replica (global batch / (dp x micro_batch))."""
+    stage_layers: list[int | float]
+    """Transformer layers per pipeline stage, first to last (one value when pp = 1)."""
+    schedule: str
+    """Pipeline schedule: 1f1b, interleaved, zb-h1, zbv, dualpipe or dualpipev."""
 
 
 class MemoryOut(_Out):

@@ -52,16 +52,18 @@ def main(argv: list[str]) -> int:
     with open(args.world, encoding="utf-8") as f:
         world = json.load(f)
     slug = args.layout
-    # the per-axis flags, when given, must agree with the slug (they come from one layout)
+    # the per-axis flags, when given, must agree with the slug (they come from one layout); an
+    # uneven stage split (`pp16[7,8x14,7]`) is not a flag
+    plain = re.sub(r"\[[^\]]*\]", "", slug)
     for axis, key in (("dp", "dp"), ("tp", "tp"), ("pp", "pp"), ("vp", "vp"), ("cp", "cp"),
                       ("ep", "ep"), ("zero", "z"), ("micro_batch", "mb")):
         value = getattr(args, axis)
-        if value is not None and f"-{key}{value}-" not in f"-{slug}-":
+        if value is not None and f"-{key}{value}-" not in f"-{plain}-":
             print(f"error: --{axis} {value} disagrees with layout {slug}", file=sys.stderr)
             return 4
     for flag, key in MEGATRON.items():
         value = getattr(args, flag.lstrip("-").replace("-", "_"))
-        if value is not None and f"-{key}{value}-" not in f"-{slug}-":
+        if value is not None and f"-{key}{value}-" not in f"-{plain}-":
             print(f"error: {flag} {value} disagrees with layout {slug}", file=sys.stderr)
             return 4
     if slug not in world["predicted"]:

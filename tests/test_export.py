@@ -113,6 +113,7 @@ def test_what_deepspeed_and_nanotron_can_express(name):
         pure_dp = (lay.tp, lay.pp, lay.cp, lay.ep) == (1, 1, 1, 1) and lay.recompute != "selective"
         assert (not check("deepspeed", problem, layout)) == pure_dp, lay.slug
         nano_ok = (lay.vp == 1 and lay.recompute != "selective" and lay.ep == 1 and lay.zero <= 1
+                   and lay.pipeline_schedule == "1f1b" and not lay.stage_layers
                    and not (lay.zero == 1 and lay.cp > 1) and problem.model.kv_heads >= lay.tp
                    and problem.model.activation == "swiglu")  # Nanotron's Llama is gated-SiLU
         assert (not check("nanotron", problem, layout)) == nano_ok, lay.slug

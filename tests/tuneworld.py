@@ -67,6 +67,12 @@ def make_world(path: Path, n_candidates: int = 40, *, distortion=None, oom_gib: 
     slugs = [ev.table.row(i).slug for i in range(min(n_candidates, len(ev)))]
     predicted = {s: [float(ev.time["step"][i]), float(ev.memory["total"][i]) / 2**30]
                  for i, s in enumerate(slugs)}
+    # a template with launcher placeholders searches only the schedules Megatron can write:
+    # the world knows those layouts too (they are not part of the pool of the plain template)
+    mega = plan(make_problem(*PROBLEM_ARGS), target="megatron").survivors
+    for i in range(min(n_candidates, len(mega))):
+        predicted.setdefault(mega.table.row(i).slug, [float(mega.time["step"][i]),
+                                                      float(mega.memory["total"][i]) / 2**30])
     if favour_rank is not None:
         target = next(s for s in slugs[favour_rank - 1:] if predicted[s][1] <= oom_gib)
         distortion = favouring(slugs, target)

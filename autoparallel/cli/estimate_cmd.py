@@ -30,6 +30,8 @@ def estimate_command(
     recompute: Annotated[Recompute, typer.Option(help="Activation recomputation.")] = Recompute.NONE,
     sp: Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp > 1).", show_default=False)] = None,
     micro_batch: Annotated[int, typer.Option(help="Sequences per micro-batch.")] = 1,
+    stage_layers: Annotated[Optional[str], typer.Option(help="Layers per pipeline stage, first to last, e.g. 7,8x14,7 (default: even).", show_default=False)] = None,
+    schedule: Annotated[Optional[str], typer.Option(help="Pipeline schedule: 1f1b, interleaved, zb-h1, zbv, dualpipe, dualpipev (default: 1f1b, interleaved with vp > 1).", show_default=False)] = None,
     fmt: Annotated[Fmt, typer.Option("--format", help="table or json.")] = Fmt.table,
     input: Annotated[Optional[str], typer.Option("--input", help="Batch mode: CSV of layouts to score.", show_default=False)] = None,
     output: Annotated[Optional[str], typer.Option("--output", help="Batch mode: CSV to write (default stdout).", show_default=False)] = None,
@@ -53,8 +55,11 @@ def estimate_command(
         raise SpecError("`--format csv` is for batch mode (--input); use table or json")
     problem = problem.build()
     try:
+        from ..specs.layout import parse_stage_layers
+
         layout = Layout(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, recompute=recompute,
-                        sp=sp, micro_batch=micro_batch)
+                        sp=sp, micro_batch=micro_batch, schedule=schedule,
+                        stage_layers=parse_stage_layers(stage_layers) if stage_layers else None)
     except ValueError as exc:
         from ..errors import format_validation_error
 

@@ -20,6 +20,10 @@ IntOpt = Annotated[Optional[int], typer.Option(show_default=False)]
 def _layout_from_flags(values: dict) -> Layout:
     given = {k: v for k, v in values.items() if v is not None}
     try:
+        if "stage_layers" in given:
+            from ..specs.layout import parse_stage_layers
+
+            given["stage_layers"] = parse_stage_layers(given["stage_layers"])
         return Layout(**given)
     except ValueError as exc:
         from ..errors import format_validation_error
@@ -86,6 +90,8 @@ def export_command(
     recompute: Annotated[Optional[Recompute], typer.Option(help="Activation recomputation [none].", show_default=False)] = None,
     sp: Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp > 1).", show_default=False)] = None,
     micro_batch: Annotated[Optional[int], typer.Option(help="Sequences per micro-batch [1].", show_default=False)] = None,
+    stage_layers: Annotated[Optional[str], typer.Option(help="Layers per pipeline stage, e.g. 7,8x14,7 [even].", show_default=False)] = None,
+    schedule: Annotated[Optional[str], typer.Option(help="Pipeline schedule [1f1b; interleaved with vp > 1].", show_default=False)] = None,
     from_csv: Annotated[Optional[str], typer.Option("--from", help="Sweep CSV holding the problem and the layout (with --row).", show_default=False)] = None,
     row: Annotated[Optional[int], typer.Option("--row", help="Data row of the --from CSV, numbered from 1.", show_default=False)] = None,
     target_version: Annotated[Optional[str], typer.Option("--target-version", help="Launcher release for torchtitan: 0.3 (current, Python config module) or 0.2 / 0.2.2 (TOML).", show_default=False)] = None,
@@ -102,7 +108,8 @@ def export_command(
     sbatch = {"time": time, "partition": partition, "account": account, "qos": qos}
     exporter = get_exporter(target, target_version, **sbatch)
     flags = {"dp": dp, "tp": tp, "pp": pp, "vp": vp, "cp": cp, "ep": ep, "zero": zero,
-             "recompute": recompute, "sp": sp, "micro_batch": micro_batch}
+             "recompute": recompute, "sp": sp, "micro_batch": micro_batch,
+             "stage_layers": stage_layers, "schedule": schedule}
     layout_flags = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None]
     if from_csv is not None:
         problem_flags = problem.given() + (["--rank"] if rank is not None else [])

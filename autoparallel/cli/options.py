@@ -133,6 +133,10 @@ class SearchOptions:
     recompute: Annotated[Optional[str], typer.Option(help="Comma-separated: none,selective,full.", show_default=False)] = None
     sp: Annotated[Optional[str], typer.Option(help="on, off or both.", show_default=False)] = None
     micro_batch: AxisOpt = None
+    schedule: Annotated[Optional[str], typer.Option(help="Comma-separated pipeline schedules: 1f1b,interleaved,zb-h1,zbv,dualpipe,dualpipev (default: all).", show_default=False)] = None
+    stage_layers: Annotated[Optional[str], typer.Option(help="Pin layers per pipeline stage, e.g. 7,8x14,7 (implies pp).", show_default=False)] = None
+    first_stage_layers: Annotated[Optional[int], typer.Option(help="Pin the first pipeline stage's layers.", show_default=False)] = None
+    last_stage_layers: Annotated[Optional[int], typer.Option(help="Pin the last pipeline stage's layers.", show_default=False)] = None
     allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let TP groups span nodes.")] = False
     ep_in_node: Annotated[bool, typer.Option(help="Require tp x ep inside one node.")] = False
 
@@ -155,7 +159,26 @@ class SearchOptions:
                 raise SpecError(f"`--sp` = {self.sp!r}: choose on, off or both")
         ints = {a: parse_int_list(getattr(self, a), "--" + a.replace("_", "-"))
                 for a in ("tp", "pp", "vp", "cp", "ep", "zero", "micro_batch")}
-        return space.narrowed(recompute=rc, sp=sp_values, **ints)
+        return space.narrowed(recompute=rc, sp=sp_values, **ints, **self._pipeline())
+
+    def _pipeline(self) -> dict:
+        """Schedule and stage-split pins, as search-space fields."""
+        from ..specs.layout import Schedule, parse_stage_layers
+
+        out: dict = {"first_stage_layers": self.first_stage_layers,
+                     "last_stage_layers": self.last_stage_layers}
+        if self.schedule is not None:
+            names = [x.strip() for x in self.schedule.split(",") if x.strip()]
+            known = {x.value for x in Schedule}
+            if not names or any(x not in known for x in names):
+                raise SpecError(f"`--schedule` = {self.schedule!r}: choose from {', '.join(known)}")
+            out["schedule"] = names
+        if self.stage_layers is not None:
+            try:
+                out["stage_layers"] = parse_stage_layers(self.stage_layers)
+            except ValueError as exc:
+                raise SpecError(f"`--stage-layers`: {exc}") from None
+        return out
 
     def rules(self):
         """The active feasibility rules."""

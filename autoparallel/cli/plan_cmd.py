@@ -10,14 +10,14 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import InfeasibleError, SpecError
-from ..search.explain import largest_costs, nothing_fits_message, why_first
+from ..search.explain import largest_costs, nothing_fits_message, versus, why_first
 from ..search.plan import plan
 from ..search.robust import RANK_BY, why_recommended
 from . import app
-from .render import make_console
+from .render import layout_slug, make_console
 from .options import Fmt, ProblemOptions, SearchOptions, with_options
 
-def print_plan(result, console: Console) -> None:
+def print_plan(result, console: Console, vs=None) -> None:
     d = result.problem.describe()
     console.print(
         f"[b]{d['model']}[/b] on {d['n_gpus']} x {d['gpu']} ({d['gpus_per_node']} per node), "
@@ -32,10 +32,7 @@ def print_plan(result, console: Console) -> None:
                          ("tok/s/GPU", "right")):
         table.add_column(col, justify=justify)
     for rec in result.records():
-        lay = rec["layout"]
-        sp = "-sp" if lay["sp"] else ""
-        slug = (f"dp{lay['dp']}-tp{lay['tp']}-pp{lay['pp']}-vp{lay['vp']}-cp{lay['cp']}-ep{lay['ep']}"
-                f"-z{lay['zero']}-r{lay['recompute']}{sp}-mb{lay['micro_batch']}")
+        slug = layout_slug(rec)
         ts = rec["time_s"]
         table.add_row(str(rec["rank"]), slug, f"{rec['memory_gib']['total']:.1f}",
                       f"{rec['memory_gib']['total_high']:.1f}", f"{ts['step']:.3f}",
@@ -51,6 +48,8 @@ def print_plan(result, console: Console) -> None:
         console.print(f"[dim]bands: {band['note']} ({', '.join(band['step_sources']) or 'none'}); "
                       "docs/validation.md#error-bands[/dim]")
     console.print(f"#1 largest costs: {largest_costs(result.ranked, 0)}")
+    if vs is not None:
+        console.print(f"versus {versus(result, vs)}")
     if result.reject_counts:
         counts = ", ".join(f"{k} {v:,}" for k, v in sorted(result.reject_counts.items(), key=lambda kv: -kv[1]))
         console.print(f"[dim]rejected by rule (a layout may break several): {counts}[/dim]")
@@ -73,6 +72,7 @@ def plan_command(
     objective: Annotated[str, typer.Option(help="time, or a Pareto front: time,memory or time,gpus.")] = "time",
     target: Annotated[Optional[str], typer.Option(help="Keep only layouts this launcher can run (megatron, torchtitan, deepspeed, nanotron, slurm).", show_default=False)] = None,
     keep: Annotated[int, typer.Option(help="Fitting layouts stored as Optuna trials.")] = 1000,
+    versus_slug: Annotated[Optional[str], typer.Option("--versus", help="A layout slug (e.g. a published one, dp128-tp8-pp16[7,8x14,7]-z2) to rank against #1.", show_default=False)] = None,
     storage: Annotated[Optional[str], typer.Option(help="Optuna storage URL (sqlite:///plan.db, postgresql://...).", show_default=False)] = None,
     study: Annotated[Optional[str], typer.Option(help="Optuna study name.", show_default=False)] = None,
     rank_by: Annotated[str, typer.Option("--rank-by", help="time (fastest first) or robust (layouts tied with the fastest within the error band, by step x (1 + robustness penalty)).")] = "time",
@@ -104,7 +104,15 @@ def plan_command(
 
         typer.echo(ranked_frame(result).to_csv(index=False), nl=False)
     elif result.n_fit:
-        print_plan(result, make_console())
+        vs = None
+        if versus_slug is not None:
+            from ..specs.layout import Layout
+
+            try:
+                vs = Layout.from_slug(versus_slug)
+            except ValueError as exc:
+                raise SpecError(f"`--versus` = {versus_slug!r}: {exc}") from None
+        print_plan(result, make_console(), vs)
     if plot and result.n_fit:
         from ..output.plot import plot_plan
 

@@ -16,10 +16,16 @@ def _bar(frac: float, width: int = 20) -> str:
     return "█" * n + "·" * (width - n)
 
 def layout_slug(rec: dict) -> str:
+    """The layout's slug (`Layout.slug`) from an estimate record."""
+    from ..specs.layout import Layout
+
     lay = rec["layout"]
-    sp = "-sp" if lay["sp"] else ""
-    return (f"dp{lay['dp']}-tp{lay['tp']}-pp{lay['pp']}-vp{lay['vp']}-cp{lay['cp']}-ep{lay['ep']}"
-            f"-z{lay['zero']}-r{lay['recompute']}{sp}-mb{lay['micro_batch']}")
+    fields = {k: lay[k] for k in ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp")}
+    split = lay.get("stage_layers")
+    whole = split and len(split) == lay["pp"] and all(float(x).is_integer() for x in split)
+    return Layout(**fields, micro_batch=lay["micro_batch"],
+                  stage_layers=[int(x) for x in split] if whole and lay["pp"] > 1 else None,
+                  schedule=lay.get("schedule")).slug
 
 def _breakdown(title: str, unit: str, values: dict, parts, total: float, footer: str) -> Table:
     table = Table(title=title, title_justify="left", show_edge=False)

@@ -40,7 +40,8 @@ def stage_params(arch: Arch, t: LayoutTable, st: Stage) -> tuple[np.ndarray, np.
     )
     # routed experts: EP splits the experts, expert-TP (= tp, Megatron's default) splits each one
     expert = st.n_moe * arch.p_routed / (t["ep"] * tp)
-    return dense, expert
+    # DualPipe keeps a second copy of the rank's stages (DeepSeek-V3 report Table 2: 2x parameters)
+    return dense * st.copies, expert * st.copies
 
 
 def layer_activation_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bool,

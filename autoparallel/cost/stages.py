@@ -2,7 +2,13 @@
 
 The first stage holds the input embedding and the most in-flight micro-batches; the last holds
 the output layer, the logits and (with 1F1B) one micro-batch. The ledger evaluates both and a
-middle stage, and reports the most loaded (reference §1.3, §1.5, §3.3)."""
+middle stage, and reports the most loaded (reference §1.3, §1.5, §3.3).
+
+Layers per stage: the even split L / p, or an uneven one with `lf` layers on the first stage,
+`ll` on the last and (L - lf - ll) / (p - 2) on each middle stage (Megatron-Core's
+`--decoder-first/last-pipeline-num-layers`, launchers.md §1.1). Micro-batches held per schedule
+follow reference §3.3 (1F1B/interleaved from Megatron's warm-up counts; ZB-H1 and ZB-V hold what
+1F1B holds, p; DualPipe/DualPipeV p + 1, DeepSeek-V3 report Table 2)."""
 
 from __future__ import annotations
 
@@ -32,6 +38,9 @@ class Stage:
     stage's layers x one micro-batch)."""
     inflight_mb: np.ndarray
     """Micro-batches whose embedding output is alive at the peak (first stage)."""
+    copies: np.ndarray | float = 1.0
+    """Parameter copies the stage's rank holds: 2 with DualPipe (stages i and p-1-i on one rank,
+    DeepSeek-V3 report Table 2), else 1."""
 
 
 def micro_batches(global_batch: int, t: LayoutTable) -> np.ndarray:
@@ -39,37 +48,62 @@ def micro_batches(global_batch: int, t: LayoutTable) -> np.ndarray:
     return global_batch // np.maximum(t["dp"] * t["mb"], 1)
 
 
-def _held(pp, vp, m, rank):
+def _held(pp, vp, m, rank, sch=None):
     """Activation multiplier of pipeline rank `rank` (units of the stage's layers x one
     micro-batch), from Megatron's warm-up counts (schedules.py::get_pp_rank_microbatches,
     reference §1.5): 1F1B holds min(m, p - r) micro-batches; interleaved holds
-    2(p - r - 1) + (v - 1)p + 1 chunk-micro-batches of L/(pv) layers, at most the m v that exist."""
+    2(p - r - 1) + (v - 1)p + 1 chunk-micro-batches of L/(pv) layers, at most the m v that exist.
+    ZB-H1 holds what 1F1B holds (Qi et al. 2023 §3.1; reference §3.3); ZB-V p on every rank,
+    its V pairing the heavy first chunk with the light last one (Qi et al. 2024; reference
+    §3.3); DualPipe and DualPipeV p + 1 (DeepSeek-V3 report Table 2), at most the m that exist."""
     one_f_one_b = np.minimum(pp - rank, m)
     chunks = np.minimum(2 * (pp - rank - 1) + (vp - 1) * pp + 1, m * vp)
     held = np.where(vp > 1, chunks / vp, one_f_one_b)
+    if sch is not None and np.any(sch > 1):
+        held = np.select(
+            [sch == 3, sch >= 4], [np.minimum(pp, m), np.minimum(pp + 1, m)], held)
     return np.where(pp > 1, held, 1.0).astype(np.float64)
+
+
+def stage_layer_counts(n_layers: int, t: LayoutTable):
+    """(first, middle, last, before_last) transformer layers per pipeline rank (float arrays):
+    the even split n_layers / pp, or the row's uneven `lf`/`ll` with the middle stages sharing
+    the rest; `before_last` = layers on the stages before the last."""
+    pp = t["pp"].astype(np.float64)
+    per = n_layers / pp
+    uneven = (t["lf"] > 0) | (t["ll"] > 0)
+    if not np.any(uneven):
+        return per, per, per, (pp - 1) * per
+    first = np.where(uneven, t["lf"], per)
+    last = np.where(uneven, t["ll"], per)
+    mid = np.where(uneven & (pp > 2), (n_layers - first - last) / np.maximum(pp - 2, 1), per)
+    mid = np.where(uneven & (pp == 2), first, mid)  # no middle stage: report the first
+    before_last = np.where(uneven, n_layers - last, (pp - 1) * per)
+    return first, mid, last, before_last
 
 
 def stages(arch: Arch, t: LayoutTable, global_batch: int) -> dict[str, Stage]:
     """First, middle and last stage of every row (identical when pp = 1)."""
     pp, vp = t["pp"].astype(np.float64), t["vp"].astype(np.float64)
+    sch = t["sch"]
     m = micro_batches(global_batch, t).astype(np.float64)
-    per = arch.n_layers / pp
+    first, mid, last, before_last = stage_layer_counts(arch.n_layers, t)
     nd = float(arch.n_dense_layers)
-    dense_first = np.minimum(nd, per)
-    dense_last = np.clip(nd - (pp - 1) * per, 0, per)
-    dense_mid = np.where(pp > 2, np.clip(nd - per, 0, per), dense_first)
+    dense_first = np.minimum(nd, first)
+    dense_last = np.clip(nd - before_last, 0, last)
+    dense_mid = np.where(pp > 2, np.clip(nd - first, 0, mid), dense_first)
     single = pp == 1
     one = np.ones_like(pp)
     zero = np.zeros_like(pp)
-    held_first = _held(pp, vp, m, 0)
-    held_last = _held(pp, vp, m, pp - 1)
-    held_mid = np.where(pp > 2, _held(pp, vp, m, 1), held_first)  # most-loaded middle rank
+    held_first = _held(pp, vp, m, 0, sch)
+    held_last = _held(pp, vp, m, pp - 1, sch)
+    held_mid = np.where(pp > 2, _held(pp, vp, m, 1, sch), held_first)  # most-loaded middle rank
+    copies = np.where(sch == 4, 2.0, 1.0) if np.any(sch == 4) else 1.0
     return {
-        "first": Stage("first", dense_first, per - dense_first, one,
-                       np.where(single, one, zero), held_first, held_first),
-        "middle": Stage("middle", dense_mid, per - dense_mid, np.where(single, one, zero),
-                        np.where(single, one, zero), held_mid, np.where(single, one, zero)),
-        "last": Stage("last", dense_last, per - dense_last, np.where(single, one, zero), one,
-                      held_last, np.where(single, one, zero)),
+        "first": Stage("first", dense_first, first - dense_first, one,
+                       np.where(single, one, zero), held_first, held_first, copies),
+        "middle": Stage("middle", dense_mid, mid - dense_mid, np.where(single, one, zero),
+                        np.where(single, one, zero), held_mid, np.where(single, one, zero), copies),
+        "last": Stage("last", dense_last, last - dense_last, np.where(single, one, zero), one,
+                      held_last, np.where(single, one, zero), copies),
     }

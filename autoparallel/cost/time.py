@@ -4,7 +4,8 @@ Per micro-batch and pipeline stage, one GPU runs each layer's GEMMs, fused atten
 elementwise kernels forward (F) and backward (B = 2F for GEMMs and elementwise, 2.5F for flash
 attention, whose backward recomputes the scores; reference §2.4), plus recompute and the exposed
 TP / CP / EP communication. The slowest stage paces the pipeline: the bubble is (p-1)/v of its
-micro-batch time (Narayanan et al. 2021; reference §4). Data-parallel communication overlaps the
+micro-batch time (Narayanan et al. 2021; reference §4), less with the zero-bubble and DualPipe
+schedules, whose weight-gradient passes fill it (`pipeline_bubble`). Data-parallel communication overlaps the
 backward of the last micro-batch (ZeRO 0-1), of every micro-batch (ZeRO-2) or each micro-batch's
 forward and backward layer by layer (ZeRO-3), minus a last bucket (reference §5.5-5.6).
 """
@@ -111,13 +112,20 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
     a2a = collective_time(
         problem, Collective.ALL_TO_ALL, 2.0 * arch.top_k * T / tp * arch.hidden, groups["ep"])
     ep_layer = a2a * (4.0 + 2.0 * (rc == 2)) * _exposed_share(prof, prof.ep_overlap)
+    sch = t["sch"]
+    if np.any(sch >= 4):
+        # DualPipe(V) overlaps one micro-batch's all-to-all with another's compute (DeepSeek-V3
+        # report §3.2.1): the all-to-all is hidden, at the SMs it takes (`overlap_sm_fraction`)
+        ep_layer = np.where(sch >= 4, a2a * (4.0 + 2.0 * (rc == 2)) * prof.overlap_sm_fraction,
+                            ep_layer)
 
     # output layer + vocab-parallel cross-entropy on the last stage
     V = arch.vocab
     # cross-entropy kernels write and re-read the bf16 logits (2 bytes) and their fp32 copy
     # (4 bytes, reference §1.3): 2 x (2 + 4) bytes per logit, the layers' elementwise rule
     ce_bytes = 2.0 * (2.0 + 4.0) * T * V / tp
-    logits_f = gemm_time(problem, T, V / tp, arch.hidden) + memory_bound_time(problem, ce_bytes)
+    logits_gemm = gemm_time(problem, T, V / tp, arch.hidden)
+    logits_f = logits_gemm + memory_bound_time(problem, ce_bytes)
 
     out = {}
     for name, st in stages(arch, t, problem.training.global_batch).items():
@@ -130,6 +138,8 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
                 rec=n * np.where(rc == 2, fwd, np.where(rc == 1, attn, 0.0)),
                 cp=n * cp_layer(attn),
                 tp=n * tp_layer(gemm),
+                # weight-gradient GEMMs: half the GEMM backward (one of its two GEMMs, = forward)
+                wgrad=n * gemm,
             )
         out[name] = dict(
             fwd=parts["dense"]["fwd"] + parts["moe"]["fwd"] + st.output * logits_f,
@@ -138,9 +148,38 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
             tp=parts["dense"]["tp"] + parts["moe"]["tp"],
             cp=parts["dense"]["cp"] + parts["moe"]["cp"],
             ep=st.n_moe * ep_layer,
+            wgrad=parts["dense"]["wgrad"] + parts["moe"]["wgrad"] + st.output * logits_gemm,
             stage=st,
         )
     return out
+
+
+def pipeline_bubble(t: LayoutTable, tau, fwd, wgrad) -> np.ndarray:
+    """Idle seconds per step of the pacing stage, by schedule (reference §4), with tau the
+    pacing stage's time per micro-batch (F + B, B the full backward), F its forward and W its
+    weight-gradient part:
+
+    - 1F1B and interleaved: (p - 1)/v * tau (Narayanan et al. 2021);
+    - ZB-H1: (p - 1)(F + B - 2W) (Qi et al. 2023 §3.1; DeepSeek-V3 report Table 2 "ZB1P");
+    - ZB-V: (p - 1)/2 * max(0, F + B - 3W) [derived: two chunks of half the stage; zero when
+      F = B_input = W, the sail-sg README's zero-bubble point];
+    - DualPipe: (p/2 - 1)(F&B + B - 3W) with F&B = F + B (the overlap hides communication, not
+      compute) (DeepSeek-V3 report Table 2);
+    - DualPipeV: DualPipe over 2p half-stage chunks on p ranks, (p - 1)/2 * (F&B + B - 3W)
+      [derived from the same table].
+    """
+    pp, vp, sch = t["pp"].astype(np.float64), t["vp"].astype(np.float64), t["sch"]
+    classic = (pp - 1.0) / vp * tau
+    if not np.any(sch >= 2):
+        return classic
+    bwd = tau - fwd
+    zb_h1 = (pp - 1.0) * np.maximum(0.0, tau - 2.0 * wgrad)
+    zbv = (pp - 1.0) / 2.0 * np.maximum(0.0, tau - 3.0 * wgrad)
+    dual_unit = np.maximum(0.0, tau + bwd - 3.0 * wgrad)
+    dualpipe = np.maximum(pp / 2.0 - 1.0, 0.0) * dual_unit
+    dualpipev = (pp - 1.0) / 2.0 * dual_unit
+    return np.select([sch == 2, sch == 3, sch == 4, sch == 5],
+                     [zb_h1, zbv, dualpipe, dualpipev], classic)
 
 
 def _exposed_share(prof, overlap: float) -> float:
@@ -191,7 +230,8 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
     tp, sp = t["tp"].astype(np.float64), t["sp"] == 1
     per_stage = stage_times(problem, arch, t, groups)
     tau = {k: v["fwd"] + v["bwd"] + v["rec"] + v["tp"] + v["cp"] + v["ep"] for k, v in per_stage.items()}
-    tau_max = np.max(np.stack(list(tau.values())), axis=0)
+    tau_all = np.stack(list(tau.values()))
+    tau_max = np.max(tau_all, axis=0)
 
     zero = t["zero"]
     d = (t["dp"] * t["cp"]).astype(np.float64)
@@ -216,7 +256,13 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
     p2p = collective_time(problem, Collective.P2P, S_pp, groups["pp"])
     # fill and drain cross every chunk boundary once each way; steady-state sends overlap
     out["pp_comm"] = np.where(pp > 1, 2.0 * (pp * vp - 1.0) * p2p, 0.0)
-    out["bubble"] = (pp - 1.0) / vp * tau_max  # (p-1)/(v m) of m micro-batches (reference §4)
+    if np.any(t["sch"] >= 2):
+        slowest = np.argmax(tau_all, axis=0)
+        fwd = np.choose(slowest, [v["fwd"] for v in per_stage.values()])
+        wgrad = np.choose(slowest, [v["wgrad"] for v in per_stage.values()])
+        out["bubble"] = pipeline_bubble(t, tau_max, fwd, wgrad)
+    else:
+        out["bubble"] = (pp - 1.0) / vp * tau_max  # (p-1)/(v m) of m micro-batches (reference §4)
     ordered = {k: out[k] for k in TIME_ITEMS}
     ordered["step"] = sum(ordered.values())
     ordered["stage"] = pace

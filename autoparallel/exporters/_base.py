@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..errors import ExportError
-from ..specs.layout import Layout, Recompute
+from ..specs.layout import Layout, Recompute, Schedule
 from ..specs.problem import Problem
 
-HARD_RULES = ("world", "heads", "layers", "seq", "batch", "interleave", "experts")
+HARD_RULES = ("world", "heads", "layers", "seq", "batch", "interleave", "schedule", "experts")
 """autoparallel's own feasibility rules that every launcher shares (launchers.md §7 items 1-3, 5,
 6, 9, 11). `tp_in_node` and `ep_in_node` are performance rules, not launcher limits: a layout
 that breaks them is still exported."""
@@ -97,7 +97,7 @@ def common_reasons(job: Job) -> list[str]:
     from ..rules import RULE_BY_NAME, check_rules
 
     rules = tuple(RULE_BY_NAME[name] for name in HARD_RULES)
-    table = LayoutTable.from_layouts([job.layout], job.n_gpus)
+    table = LayoutTable.from_layouts([job.layout], job.n_gpus, job.problem.model.n_layers)
     flags = int(check_rules(job.problem, build_arch(job.problem.model), table, rules)[0])
     return [
         _layout_error(job.problem, job.layout, int(rule.flag)).removeprefix("layout: ")
@@ -115,11 +115,28 @@ class Exporter(ABC):
     summary: str
     """One line: what the rendered file is."""
 
+    schedules: ClassVar[tuple[Schedule, ...]] = (Schedule.ONE_F_ONE_B, Schedule.INTERLEAVED)
+    """Pipeline schedules the launcher file can select."""
+    uneven_splits: ClassVar[bool] = False
+    """Whether the launcher file can give the first and last stage their own layer counts."""
+
     def check(self, problem: Problem, layout: Layout) -> list[str]:
         """Reasons this target cannot launch `layout` for `problem` (empty when it can)."""
         job = Job.of(problem, layout)
-        reasons = common_reasons(job)
+        reasons = common_reasons(job) + self.pipeline_reasons(job)
         return reasons + [r for r in self.limits(job) if r not in reasons]
+
+    def pipeline_reasons(self, job: Job) -> list[str]:
+        """The layout's schedule or uneven split, where this target cannot write them."""
+        lay, out = job.layout, []
+        sch = lay.pipeline_schedule
+        if sch not in self.schedules:
+            out.append(f"schedule `{sch.value}`: {self.name} can select only "
+                       f"{', '.join(s.value for s in self.schedules)}")
+        if lay.stage_layers and not self.uneven_splits:
+            out.append(f"uneven pipeline split {lay.stage_layers}: {self.name} splits the layers "
+                       "evenly here")
+        return out
 
     def render(self, problem: Problem, layout: Layout) -> str:
         """The launcher file for `layout`. Raises `ExportError` (with the reasons) when the target

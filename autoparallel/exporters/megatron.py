@@ -8,6 +8,8 @@ configs). Mapping of autoparallel's layout:
 | dp | not a flag: Megatron derives DP = world / (TP x PP x CP) |
 | tp, sp | `--tensor-model-parallel-size`, `--sequence-parallel` |
 | pp, vp | `--pipeline-model-parallel-size`, `--num-layers-per-virtual-pipeline-stage L/(PP x VP)` |
+| uneven split | `--decoder-first-pipeline-num-layers`, `--decoder-last-pipeline-num-layers` (and VP as `--num-virtual-stages-per-pipeline-rank`, launchers.md §1.1) |
+| schedule | 1F1B, or interleaved 1F1B with VP; zero-bubble and DualPipe schedules are refused |
 | cp | `--context-parallel-size` (default `--cp-comm-type p2p`: the ring the cost model prices) |
 | ep | `--expert-model-parallel-size` (expert TP left at its default, = TP, as the cost model) |
 | zero 0 | plain DDP (no sharding flag) |
@@ -51,7 +53,12 @@ def parallel_args(job: Job) -> list[list]:
     lay, tr = job.layout, job.problem.training
     tp = ["--tensor-model-parallel-size", lay.tp] + (["--sequence-parallel"] if lay.sp else [])
     pp = ["--pipeline-model-parallel-size", lay.pp]
-    if lay.vp > 1:
+    if lay.stage_layers:
+        pp += ["--decoder-first-pipeline-num-layers", lay.stage_layers[0],
+               "--decoder-last-pipeline-num-layers", lay.stage_layers[-1]]
+        if lay.vp > 1:  # layers per virtual stage differ between stages: give VP directly
+            pp += ["--num-virtual-stages-per-pipeline-rank", lay.vp]
+    elif lay.vp > 1:
         pp += ["--num-layers-per-virtual-pipeline-stage", job.layers_per_virtual_stage]
     lines = [tp, pp, ["--context-parallel-size", lay.cp]]
     if job.problem.model.moe is not None:
@@ -267,6 +274,7 @@ class MegatronExporter(Exporter):
 
     name = "megatron"
     suffix = ".sh"
+    uneven_splits = True
     summary = "bash script: torchrun ... pretrain_gpt.py with Megatron-LM flags"
 
     def limits(self, job: Job) -> list[str]:

@@ -2,19 +2,27 @@
 
 The product of the axes is built with numpy: the (tp, pp, cp) factorisations of the GPU count
 with dp derived, crossed with the other axes' candidate universes, then masked to the
-combinations the issue defines as candidates (vp only where layers divide by pp x vp, ep only
-where it divides the experts and dp x cp, sp only with tp > 1, micro-batches dividing the
-per-replica batch). Rules that reject candidates (heads, sequence, placement, ...) run later.
+combinations the issue defines as candidates (vp only where the layers split into pp x vp chunks,
+evenly or unevenly, ep only where it divides the experts and dp x cp, sp only with tp > 1,
+micro-batches dividing the per-replica batch, each pipeline schedule with the chunk count it
+runs). Each (pp, vp) gets the even split where it exists and the time-balanced uneven splits
+(`splits.balanced_splits`). Rules that reject candidates (heads, sequence, placement, ...) run
+later.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..cost.arch import build_arch
 from ..layouts import COLUMNS, LayoutTable
-from ..specs.layout import RECOMPUTE_CODES
+from ..specs.layout import RECOMPUTE_CODES, SCHEDULE_CODES, Schedule
 from ..specs.problem import Problem
 from .space import SearchSpace
+from .splits import balanced_splits, output_weight
+
+_SCHEDULE_VP = np.array([1, 0, 1, 2, 1, 2])
+"""Chunks per rank each schedule code runs (0: any vp > 1)."""
 
 
 def divisors(n: int) -> np.ndarray:
@@ -59,13 +67,23 @@ def enumerate_layouts(problem: Problem, space: SearchSpace | None = None) -> Lay
     cols = _keep(cols, n % mp == 0)
     cols["dp"] = n // (cols["tp"] * cols["pp"] * cols["cp"])
 
-    # vp: layers divisible by pp * vp, vp > 1 only with pp > 1
-    vp_auto = divisors(L)
+    # vp: chunks the layers split into (evenly, or unevenly with vp dividing each stage), and 2
+    # for the V schedules; vp > 1 only with pp > 1
+    if space.stage_layers is not None:
+        cols = _keep(cols, cols["pp"] == len(space.stage_layers))
+    vp_auto = np.union1d(divisors(L), [2])
     vp_auto = vp_auto[vp_auto <= space.max_vp]
     cols = _cross(cols, "vp", pick("vp", vp_auto))
-    pp_ok = L % cols["pp"] == 0
-    vp_ok = np.where(cols["vp"] == 1, True, pp_ok & (cols["pp"] > 1) & (L % (cols["pp"] * cols["vp"]) == 0))
-    cols = _keep(cols, vp_ok)
+    cols = _keep(cols, (cols["vp"] == 1) | (cols["pp"] > 1))
+    cols = _with_splits(cols, problem, space)
+
+    # schedule: each with the chunk count it runs; only 1F1B without a pipeline
+    codes = [SCHEDULE_CODES[Schedule(x)] for x in (space.schedule or list(Schedule))]
+    cols = _cross(cols, "sch", codes)
+    need = _SCHEDULE_VP[cols["sch"]]
+    sch_ok = np.where(need == 0, cols["vp"] > 1, cols["vp"] == need)
+    sch_ok &= (cols["pp"] > 1) | (cols["sch"] == 0)
+    cols = _keep(cols, sch_ok & ~_dominated(cols, codes, n_experts > 0))
 
     # ep: divides the experts and dp * cp; 1 for dense models
     ep_auto = divisors(n_experts) if n_experts else np.array([1])
@@ -92,4 +110,75 @@ def enumerate_layouts(problem: Problem, space: SearchSpace | None = None) -> Lay
     replica_ok = B % cols["dp"] == 0
     mb_ok = np.where(replica_ok, (B // cols["dp"]) % cols["mb"] == 0, cols["mb"] == cols["mb"].min())
     cols = _keep(cols, mb_ok)
-    return LayoutTable({k: np.ascontiguousarray(cols[k]) for k in COLUMNS})
+    return LayoutTable({k: np.ascontiguousarray(cols[k]) for k in COLUMNS}, L)
+
+
+def _dominated(cols: dict[str, np.ndarray], codes: list[int], moe: bool) -> np.ndarray:
+    """Rows another schedule in the space beats on both memory and time in this cost model, so
+    never worth costing: 1F1B with a pipeline when ZB-H1 is open (same micro-batches held,
+    bubble (p-1)(F+B-2W) <= (p-1)(F+B)); interleaved with vp = 2 when ZB-V is open (p held
+    instead of (3p-1)/2, bubble (p-1)/2 (F+B-3W) <= (p-1)/2 (F+B), no micro-batch multiple);
+    DualPipeV for a dense model when ZB-V is open (p held instead of p+1, smaller bubble; its
+    all-to-all overlap has nothing to hide). `estimate` still costs any of them."""
+    sch, pp, vp = cols["sch"], cols["pp"], cols["vp"]
+    out = np.zeros(len(sch), dtype=bool)
+    if SCHEDULE_CODES[Schedule.ZB_H1] in codes:
+        out |= (sch == SCHEDULE_CODES[Schedule.ONE_F_ONE_B]) & (pp > 1)
+    if SCHEDULE_CODES[Schedule.ZBV] in codes:
+        out |= (sch == SCHEDULE_CODES[Schedule.INTERLEAVED]) & (vp == 2)
+        if not moe:
+            out |= sch == SCHEDULE_CODES[Schedule.DUALPIPEV]
+    return out
+
+
+def _pinned_split(space: SearchSpace, L: int, pp: int) -> list[tuple[int, int]] | None:
+    """(first, last) pinned by the space for pipeline degree `pp`, or None when not pinned.
+    With only one end pinned, the other stages share the rest evenly (Megatron-Core's rule)."""
+    if space.stage_layers is not None:
+        sl = space.stage_layers
+        return [(0, 0)] if len(set(sl)) == 1 else [(sl[0], sl[-1])]
+    first, last = space.first_stage_layers, space.last_stage_layers
+    if first is None and last is None:
+        return None
+    if pp == 1:
+        return [(0, 0)]
+    if first is None:
+        first = (L - last) // (pp - 1)
+    if last is None:
+        last = (L - first) // (pp - 1)
+    if pp > 2 and first == last == (L - first - last) / (pp - 2):
+        return [(0, 0)]
+    return [(first, last)]
+
+
+def _with_splits(cols: dict[str, np.ndarray], problem: Problem, space: SearchSpace) -> dict:
+    """Cross each row with the layer splits of its (pp, vp): the even split where pp x vp
+    divides the layers, and the balanced uneven ones (`balanced_splits`); one Python step per
+    distinct (pp, vp) pair, never per row."""
+    L = problem.model.n_layers
+    w_last = output_weight(build_arch(problem.model), problem.training.seq_len)
+    key = cols["pp"] * 1024 + cols["vp"]
+    pairs, inverse = np.unique(key, return_inverse=True)
+    options: list[list[tuple[int, int]]] = []
+    for pair in pairs:
+        pp, vp = int(pair // 1024), int(pair % 1024)
+        pinned = _pinned_split(space, L, pp)
+        if pinned is not None:
+            options.append(pinned)
+            continue
+        even_ok = L % (pp * vp) == 0
+        found = balanced_splits(L, pp, vp, w_last, k=1) if space.uneven else []
+        opts = ([(0, 0)] if even_ok or (vp == 1 and not found) else []) + found
+        options.append(opts)
+    counts = np.array([len(o) for o in options], dtype=np.int64)[inverse]
+    out = {k: np.repeat(v, counts) for k, v in cols.items()}
+    flat = [o for opts in options for o in opts]
+    starts = np.concatenate([[0], np.cumsum([len(o) for o in options])])[inverse]
+    # position of each output row within its pair's options
+    first_row = np.repeat(np.cumsum(counts) - counts, counts)
+    within = np.arange(len(out["pp"])) - first_row
+    pick = np.repeat(starts, counts) + within
+    table = np.asarray(flat, dtype=np.int64).reshape(-1, 2) if flat else np.zeros((0, 2), np.int64)
+    out["lf"] = table[pick, 0] if len(pick) else np.zeros(0, np.int64)
+    out["ll"] = table[pick, 1] if len(pick) else np.zeros(0, np.int64)
+    return out

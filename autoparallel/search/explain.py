@@ -87,3 +87,22 @@ def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     keep = np.ones(len(order), dtype=bool)
     keep[1:] = y[order][1:] < best_y[:-1]
     return order[keep]
+
+
+def versus(result, layout) -> str:
+    """'#1 ... against dp128-tp8-pp16[7,8x14,7]-...: that layout ranks N of M, X % slower
+    (its step 9.1 s vs 8.4 s): bubble +0.6 s, ...' or why it cannot run / fit."""
+    st = result.standing(layout)
+    rec = st["estimate"]
+    name = layout.resolved(result.problem.cluster.n_gpus).slug
+    if not rec["fits"]:
+        return (f"{name} does not fit: {rec['memory_gib']['total']:.1f} GiB of "
+                f"{rec['memory_gib']['usable']:.1f} usable")
+    if not len(result.ranked):
+        return f"{name}: {rec['time_s']['step']:.3f} s per step; nothing else fits"
+    best = {k: float(result.ranked.time[k][0]) for k in TIME_ITEMS}
+    diffs = sorted(((k, rec["time_s"][k] - best[k]) for k in TIME_ITEMS), key=lambda kv: -abs(kv[1]))
+    parts = ", ".join(f"{k} {d:+.3g} s" for k, d in diffs[:3] if abs(d) > 1e-9)
+    return (f"{name} ranks {st['rank']:,} of {st['n_fit']:,} fitting layouts, "
+            f"{st['gap']:+.1%} against #1 ({rec['time_s']['step']:.3f} s vs "
+            f"{float(result.ranked.time['step'][0]):.3f} s per step): {parts}")

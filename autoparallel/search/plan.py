@@ -56,6 +56,21 @@ class PlanResult:
     band_high: np.ndarray | None = None
     """Per survivor: `step_high` of its error band, seconds."""
 
+    def standing(self, layout) -> dict:
+        """Where `layout` (e.g. a published one) stands among the fitting layouts: its estimate,
+        `rank` (1 + survivors strictly faster; None when it breaks a rule or does not fit) and
+        `gap` = its step time / #1's - 1. The layout need not be in the enumerated set (a
+        schedule the enumerator prunes as dominated is still costed)."""
+        from ..evaluate import estimate
+
+        rec = estimate(self.problem, layout)
+        step = rec["time_s"]["step"]
+        steps = self.survivors.time["step"] if self.survivors is not None else np.zeros(0)
+        rank = int(np.count_nonzero(steps < step * (1 - 1e-9))) + 1 if rec["fits"] else None
+        best = float(steps[0]) if len(steps) else None
+        return {"estimate": rec, "rank": rank, "n_fit": int(len(steps)),
+                "gap": step / best - 1.0 if best else None}
+
     def records(self) -> list[dict]:
         """Ranked layouts in the estimate JSON schema plus `rank`, `tied` and `robustness`."""
         from .robust import record_of
@@ -144,6 +159,14 @@ def plan(
     if rank_by not in RANK_BY:
         raise SpecError(f"`rank_by` = {rank_by!r}: choose {' or '.join(RANK_BY)}")
     space = space or SearchSpace()
+    if target is not None:  # only the schedules and splits the launcher can write
+        from ..exporters import get_exporter
+        from ..specs.layout import Schedule
+
+        exp = get_exporter(target)
+        space = space.narrowed(
+            schedule=[s for s in (space.schedule or list(Schedule)) if s in exp.schedules],
+            uneven=space.uneven and exp.uneven_splits)
     rules = active_rules() if rules is None else rules
     arch = build_arch(problem.model)
     table = enumerate_layouts(problem, space)

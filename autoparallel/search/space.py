@@ -10,9 +10,9 @@ from pydantic import Field, PositiveInt, ValidationError, field_validator
 
 from ..errors import SpecError, format_validation_error
 from ..specs._base import Spec
-from ..specs.layout import Recompute
+from ..specs.layout import Recompute, Schedule
 
-AXES = ("tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch")
+AXES = ("tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch", "schedule")
 
 
 class SearchSpace(Spec):
@@ -36,10 +36,30 @@ class SearchSpace(Spec):
     """Sequence parallelism (auto: on and off when tp > 1)."""
     micro_batch: list[PositiveInt] | None = None
     """Micro-batch sizes (auto: divisors of the per-replica batch up to `max_micro_batch`)."""
+    schedule: list[Schedule] | None = None
+    """Pipeline schedules (auto: 1f1b, interleaved, zb-h1, zbv, dualpipe, dualpipev, each where
+    its chunk count and pp allow)."""
+    stage_layers: list[PositiveInt] | None = None
+    """Pin the layers per pipeline stage, first to last (implies pp = its length)."""
+    first_stage_layers: PositiveInt | None = None
+    """Pin the first pipeline stage's layers (the other stages share the rest evenly unless
+    `last_stage_layers` is pinned too)."""
+    last_stage_layers: PositiveInt | None = None
+    """Pin the last pipeline stage's layers."""
+    uneven: bool = True
+    """Propose balanced uneven pipeline splits besides the even one."""
     max_micro_batch: PositiveInt = 16
     """Largest micro-batch tried automatically."""
     max_vp: PositiveInt = Field(16, description="Largest virtual-stage count tried automatically.")
     """Largest virtual-stage count tried automatically."""
+
+    @field_validator("stage_layers")
+    @classmethod
+    def _split_shape(cls, v):
+        if v is not None and len(set(v[1:-1])) > 1:
+            raise ValueError(f"stage layers {v}: the middle stages must hold equal layer counts "
+                             "(only the first and last may differ)")
+        return v
 
     @field_validator(*AXES)
     @classmethod

@@ -12,9 +12,11 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
 from ..errors import SpecError
-from ..specs.layout import RECOMPUTE_NAMES
+from ..specs.layout import RECOMPUTE_NAMES, SCHEDULE_NAMES
 
-PARAM_AXES = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch")
+PARAM_AXES = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch",
+              "schedule", "first_stage_layers", "last_stage_layers")
+"""Optuna parameters of a layout; the stage-layer counts are 0 for the even split."""
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -32,6 +34,8 @@ def _params(ev, i: int) -> dict:
         "cp": int(t["cp"][i]), "ep": int(t["ep"][i]), "zero": int(t["zero"][i]),
         "recompute": RECOMPUTE_NAMES[int(t["rc"][i])].value, "sp": bool(t["sp"][i]),
         "micro_batch": int(t["mb"][i]),
+        "schedule": SCHEDULE_NAMES[int(t["sch"][i])].value,
+        "first_stage_layers": int(t["lf"][i]), "last_stage_layers": int(t["ll"][i]),
     }
 
 
@@ -43,8 +47,11 @@ def _distributions(ev) -> dict:
             choices = tuple(sorted({RECOMPUTE_NAMES[int(c)].value for c in np.unique(t["rc"])}))
         elif axis == "sp":
             choices = tuple(sorted({bool(v) for v in np.unique(t["sp"])}))
+        elif axis == "schedule":
+            choices = tuple(sorted({SCHEDULE_NAMES[int(c)].value for c in np.unique(t["sch"])}))
         else:
-            col = {"micro_batch": "mb"}.get(axis, axis)
+            col = {"micro_batch": "mb", "first_stage_layers": "lf",
+                   "last_stage_layers": "ll"}.get(axis, axis)
             choices = tuple(int(v) for v in np.unique(t[col]))
         dist[axis] = CategoricalDistribution(choices)
     return dist

@@ -1,4 +1,8 @@
-"""One parallel layout (`Layout`) and its slug form `dp8-tp4-pp2-vp1-cp1-ep1-z1-rnone-sp-mb1`."""
+"""One parallel layout (`Layout`) and its slug form `dp8-tp4-pp2-vp1-cp1-ep1-z1-rnone-sp-mb1`.
+
+An uneven pipeline split shows in the pp part, `pp16[7,8x14,7]` (layers per pipeline stage, first
+to last, `8x14` = fourteen stages of 8), and a schedule other than the default (1F1B, or
+interleaved 1F1B when vp > 1) as a last part, e.g. `-szbh1`, `-sdualpipe`."""
 
 from __future__ import annotations
 
@@ -22,6 +26,62 @@ class Recompute(StrEnum):
 RECOMPUTE_CODES = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
 """Integer codes used in the vectorised layout table."""
 RECOMPUTE_NAMES = {v: k for k, v in RECOMPUTE_CODES.items()}
+
+
+class Schedule(StrEnum):
+    """Pipeline schedule (cost-model reference §3.3, §4)."""
+
+    ONE_F_ONE_B = "1f1b"
+    """PipeDream-flush 1F1B (Narayanan et al. 2021), one model chunk per rank."""
+    INTERLEAVED = "interleaved"
+    """Interleaved 1F1B, vp > 1 model chunks per rank (Narayanan et al. 2021)."""
+    ZB_H1 = "zb-h1"
+    """Zero-bubble ZB-H1: backward split into input- and weight-gradient passes, weight passes
+    fill the drain (Qi et al. 2023, arXiv 2401.10241); one chunk per rank."""
+    ZBV = "zbv"
+    """Zero-bubble V schedule: two chunks per rank in a V (Qi et al. 2024, arXiv 2405.15362)."""
+    DUALPIPE = "dualpipe"
+    """DualPipe: micro-batches enter from both ends; each rank holds stages i and p-1-i (2x
+    parameters) (DeepSeek-V3 report, arXiv 2412.19437, Table 2)."""
+    DUALPIPEV = "dualpipev"
+    """DualPipeV: DualPipe folded into a V, two chunks per rank, one parameter copy."""
+
+
+SCHEDULE_CODES = {sch: i for i, sch in enumerate(Schedule)}
+"""Integer codes used in the vectorised layout table (0 1f1b, 1 interleaved, 2 zb-h1, 3 zbv,
+4 dualpipe, 5 dualpipev)."""
+SCHEDULE_NAMES = {v: k for k, v in SCHEDULE_CODES.items()}
+V_SCHEDULES = (Schedule.ZBV, Schedule.DUALPIPEV)
+"""Schedules that place exactly two model chunks per rank in a V (vp = 2)."""
+
+
+def default_schedule(vp: int) -> Schedule:
+    """The schedule a layout without one runs: 1F1B, or interleaved 1F1B when vp > 1."""
+    return Schedule.INTERLEAVED if vp > 1 else Schedule.ONE_F_ONE_B
+
+
+def stage_layers_slug(stage_layers) -> str:
+    """`[7,8x14,7]`: layers per stage with runs of equal middle stages compressed."""
+    parts, i = [], 0
+    while i < len(stage_layers):
+        j = i
+        while j + 1 < len(stage_layers) and stage_layers[j + 1] == stage_layers[i]:
+            j += 1
+        run = j - i + 1
+        parts.append(f"{stage_layers[i]}x{run}" if run > 1 else str(stage_layers[i]))
+        i = j + 1
+    return "[" + ",".join(parts) + "]"
+
+
+def parse_stage_layers(text: str) -> list[int]:
+    """`7,8x14,7` (or with brackets) -> [7, 8, ..., 8, 7]; ValueError when malformed."""
+    out: list[int] = []
+    for part in text.strip().strip("[]").split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:x(\d+))?\s*", part)
+        if not m:
+            raise ValueError(f"stage layers {text!r}: expected e.g. 7,8x14,7 or 7,8,8,7")
+        out += [int(m[1])] * int(m[2] or 1)
+    return out
 
 
 class Layout(Spec):
@@ -51,6 +111,12 @@ class Layout(Spec):
     """Sequence parallelism with TP; defaults to on when tp > 1 (off, and meaningless, at tp = 1)."""
     micro_batch: PositiveInt = 1
     """Sequences per micro-batch."""
+    stage_layers: list[PositiveInt] | None = None
+    """Transformer layers per pipeline stage, first to last (pp values; first and last may
+    differ, the middle stages are equal, as Megatron-Core's `--decoder-first/last-pipeline-
+    num-layers`); None = the even split n_layers / pp."""
+    schedule: Schedule | None = None
+    """Pipeline schedule; None = 1F1B, or interleaved 1F1B when vp > 1."""
 
     @model_validator(mode="after")
     def _check(self) -> Layout:
@@ -59,7 +125,34 @@ class Layout(Spec):
                 f"`vp` ({self.vp}) > 1 needs pipeline parallelism: interleaving splits each "
                 "pipeline rank's layers into chunks; set pp > 1 or vp = 1"
             )
+        if self.stage_layers is not None:
+            sl = self.stage_layers
+            if len(sl) != self.pp:
+                raise ValueError(f"`stage_layers` {sl} has {len(sl)} stages but pp = {self.pp}; "
+                                 "give one layer count per pipeline stage")
+            if len(set(sl[1:-1])) > 1:
+                raise ValueError(f"`stage_layers` {sl}: the middle stages must hold equal layer "
+                                 "counts (only the first and last may differ)")
+            if len(set(sl)) == 1:
+                object.__setattr__(self, "stage_layers", None)  # even: the default
+        if self.schedule is not None:
+            sch = Schedule(self.schedule)
+            if sch == Schedule.INTERLEAVED and self.vp == 1:
+                raise ValueError("schedule `interleaved` needs vp > 1 model chunks per rank")
+            if sch in V_SCHEDULES and self.vp != 2:
+                raise ValueError(f"schedule `{sch.value}` places two chunks per rank in a V: "
+                                 f"set vp = 2 (got {self.vp})")
+            if sch in (Schedule.ONE_F_ONE_B, Schedule.ZB_H1, Schedule.DUALPIPE) and self.vp != 1:
+                raise ValueError(f"schedule `{sch.value}` runs one model chunk per rank: set "
+                                 f"vp = 1 (got {self.vp}) or use interleaved/zbv/dualpipev")
+            if sch != Schedule.ONE_F_ONE_B and self.pp == 1:
+                raise ValueError(f"schedule `{sch.value}` needs pipeline parallelism (pp > 1)")
         return self
+
+    @property
+    def pipeline_schedule(self) -> Schedule:
+        """The schedule this layout runs (the default when none is set)."""
+        return Schedule(self.schedule) if self.schedule is not None else default_schedule(self.vp)
 
     def resolved(self, n_gpus: int) -> Layout:
         """The same layout with `dp` derived from the GPU count and `sp` made explicit."""
@@ -78,20 +171,29 @@ class Layout(Spec):
     def slug(self) -> str:
         """Compact form, parseable by `Layout.from_slug`."""
         sp = "-sp" if self.sp else ""
+        split = stage_layers_slug(self.stage_layers) if self.stage_layers else ""
+        sch = self.pipeline_schedule
+        sched = "" if sch == default_schedule(self.vp) else "-s" + sch.value.replace("-", "")
         return (
-            f"dp{self.dp}-tp{self.tp}-pp{self.pp}-vp{self.vp}-cp{self.cp}-ep{self.ep}"
-            f"-z{self.zero}-r{self.recompute.value}{sp}-mb{self.micro_batch}"
+            f"dp{self.dp}-tp{self.tp}-pp{self.pp}{split}-vp{self.vp}-cp{self.cp}-ep{self.ep}"
+            f"-z{self.zero}-r{self.recompute.value}{sp}-mb{self.micro_batch}{sched}"
         )
 
     @classmethod
     def from_slug(cls, slug: str) -> Layout:
-        """Parse `dp8-tp4-pp2-vp1-cp1-ep1-z1-rnone-sp-mb1`; omitted axes take defaults."""
+        """Parse `dp8-tp4-pp2-vp1-cp1-ep1-z1-rnone-sp-mb1` (or `...-pp16[7,8x14,7]-...-szbh1`);
+        omitted axes take defaults."""
         fields: dict = {"sp": False}
+        schedules = {sch.value.replace("-", ""): sch.value for sch in Schedule}
         for part in slug.strip().split("-"):
-            m = re.fullmatch(r"(dp|tp|pp|vp|cp|ep|z|mb)(\d+)", part)
-            if m:
+            m = re.fullmatch(r"(dp|tp|pp|vp|cp|ep|z|mb)(\d+)(\[[\dx,]+\])?", part)
+            if m and (m[3] is None or m[1] == "pp"):
                 key = {"z": "zero", "mb": "micro_batch"}.get(m[1], m[1])
                 fields[key] = int(m[2])
+                if m[3]:
+                    fields["stage_layers"] = parse_stage_layers(m[3])
+            elif part.startswith("s") and part[1:] in schedules:
+                fields["schedule"] = schedules[part[1:]]
             elif part == "sp":
                 fields["sp"] = True
             elif part.startswith("r") and part[1:] in {r.value for r in Recompute}:

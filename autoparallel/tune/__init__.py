@@ -61,6 +61,17 @@ def build_pool(config: TuneConfig, n_candidates: int, space: SearchSpace | None 
                rules=None) -> CandidatePool:
     """Plan the problem and keep the `n_candidates` fastest predicted layouts that every
     launcher the template renders can express."""
+    targets = config.template.exporter_targets
+    if targets:  # search only the schedules and splits every rendered launcher can write
+        from ..exporters import get_exporter
+        from ..specs.layout import Schedule
+
+        space = space or SearchSpace()
+        exps = [get_exporter(t) for t in targets]
+        space = space.narrowed(
+            schedule=[s for s in (space.schedule or list(Schedule))
+                      if all(s in e.schedules for e in exps)],
+            uneven=space.uneven and all(e.uneven_splits for e in exps))
     result = plan(config.problem, space, rules=rules, top=1)
     if result.n_fit == 0:
         from ..search.explain import nothing_fits_message

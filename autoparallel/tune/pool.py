@@ -77,7 +77,9 @@ def layout_params(lay: Layout) -> dict:
     """Optuna params of a resolved layout (same form as `search.study._params`)."""
     return {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "vp": lay.vp, "cp": lay.cp, "ep": lay.ep,
             "zero": lay.zero, "recompute": lay.recompute.value, "sp": bool(lay.sp),
-            "micro_batch": lay.micro_batch}
+            "micro_batch": lay.micro_batch, "schedule": lay.pipeline_schedule.value,
+            "first_stage_layers": lay.stage_layers[0] if lay.stage_layers else 0,
+            "last_stage_layers": lay.stage_layers[-1] if lay.stage_layers else 0}
 
 
 def _key(params: dict) -> tuple:

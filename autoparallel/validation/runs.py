@@ -152,11 +152,24 @@ def case_from_row(row, allow_fp16: bool = False) -> RunCase:
         rc = _least_recompute_that_fits(problem, lay)
         assumptions.append(f"recompute not stated: {rc} (least that fits)")
     layout = Layout(**lay, recompute=rc)
-    table = LayoutTable.from_layouts([layout], n_gpus)
+    if model.n_layers % (layout.pp * layout.vp) and layout.pp > 1:
+        # the uneven split the planner would propose (first/last stages lighter, Megatron-Core's
+        # --decoder-first/last-pipeline-num-layers) instead of fractional layers per stage
+        from ..search.splits import balanced_splits, output_weight
+
+        found = balanced_splits(model.n_layers, layout.pp, layout.vp, output_weight(arch, seq))
+        if found:
+            first, last = found[0]
+            mid = (model.n_layers - first - last) // max(layout.pp - 2, 1)
+            layout = layout.model_copy(update={
+                "stage_layers": [first] + [mid] * (layout.pp - 2) + [last]})
+    table = LayoutTable.from_layouts([layout], n_gpus, model.n_layers)
     broken = int(evaluate(problem, table, RULES).reject[0]) & ~int(Reject.OOM)
     if broken:
         raise RowSkip("layout breaks a rule (" + ", ".join(reasons(broken)) + ")")
-    if model.n_layers % (layout.pp * layout.vp):
+    if layout.stage_layers:
+        assumptions.append(f"uneven pipeline stages: {layout.stage_layers} (balanced split)")
+    elif model.n_layers % (layout.pp * layout.vp):
         assumptions.append("uneven pipeline stages (layers / (pp x vp) not whole)")
     return RunCase(
         row_id=str(row.get("row_id") or ""), source=str(row.get("source_key") or "runs"),
