@@ -89,6 +89,7 @@ class Evaluation:
             "mfu": float(self.mfu[i]),
             "tokens_per_s_per_gpu": float(self.tokens_per_s_per_gpu[i]),
             "model_flops_per_step": float(self.model_flops_per_step),
+            "model_params": self.arch.param_counts(),
         }
 
     def columns(self) -> dict[str, np.ndarray]:

@@ -8,9 +8,10 @@ from pydantic import BaseModel, ConfigDict
 from .errors import SpecError
 from .specs import GPUSpec, Layout, ModelSpec, Profile
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 """Version of the output schemas (`estimate`, `plan`). Version 2: field descriptions with units
-and a typed `problem` object in the plan output. `tests/golden/schema/v<N>.json` freezes each
+and a typed `problem` object in the plan output. Version 3: `model_params` (total and active
+parameter counts) in both. `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 
 
@@ -96,6 +97,16 @@ class TimeOut(_Out):
     """Sum of the items above: one optimizer step."""
 
 
+class ModelParamsOut(_Out):
+    """Parameter counts of the model as the cost model sees it (biases and the few norms the
+    count leaves out are under 0.1 %)."""
+
+    total: int
+    """Every parameter (all experts, embeddings, output layer unless tied)."""
+    active: int
+    """Parameters one token passes through (top-k routed experts only); = total for dense models."""
+
+
 class EstimateOut(_Out):
     """Output of `autoparallel estimate --format json` (and `autoparallel.estimate`)."""
 
@@ -119,6 +130,8 @@ class EstimateOut(_Out):
     """Training throughput, tokens per second per GPU."""
     model_flops_per_step: float
     """Model FLOPs of one optimizer step (no recompute), FLOP."""
+    model_params: ModelParamsOut
+    """Total and active parameter counts of the model."""
 
 
 class RankedOut(EstimateOut):
@@ -152,6 +165,8 @@ class PlanOut(_Out):
     """`SCHEMA_VERSION` of this output."""
     problem: ProblemOut
     """What was planned: model, GPU kind and count, sequence length, global batch."""
+    model_params: ModelParamsOut
+    """Total and active parameter counts of the model."""
     n_layouts: int
     """Layouts enumerated."""
     n_valid: int

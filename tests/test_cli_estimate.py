@@ -19,7 +19,7 @@ def test_estimate_json_has_exactly_the_documented_keys():
     data = json.loads(r.stdout)
     EstimateOut.model_validate(data)  # extra="forbid": no key more, no key less
     assert list(data) == ["model", "gpu", "n_gpus", "layout", "memory_gib", "fits", "time_s",
-                          "mfu", "tokens_per_s_per_gpu", "model_flops_per_step"]
+                          "mfu", "tokens_per_s_per_gpu", "model_flops_per_step", "model_params"]
     assert data["layout"]["grad_accum"] == 256 and data["layout"]["sp"] is True
 
 

@@ -22,6 +22,7 @@ GOLDEN = Path(__file__).parent / "golden" / "schema"
 FROZEN = {
     "1": "76a95d8b0c0a9458a79587eda8a8fe2655143dac53fd7a9ac2827393ee79f33c",
     "2": "a71a9639704ee361f283e516af771cd79d128da8061e4510774b30febc5115c4",
+    "3": "03cf526b6bf36a9d11b397dac230f7496762129ee42c97456f304bd9773b0f65",
 }
 """sha256 of each released golden (canonical JSON: sorted keys, no spaces)."""
 

@@ -13,13 +13,15 @@ from ..errors import InfeasibleError, SpecError
 from ..search.explain import largest_costs, nothing_fits_message, why_first
 from ..search.plan import plan
 from . import app
-from .render import make_console
+from ..cost.arch import build_arch
+from .render import make_console, params_label
 from .options import Fmt, ProblemOptions, SearchOptions, with_options
 
 def print_plan(result, console: Console) -> None:
     d = result.problem.describe()
+    params = params_label(build_arch(result.problem.model).param_counts())
     console.print(
-        f"[b]{d['model']}[/b] on {d['n_gpus']} x {d['gpu']} ({d['gpus_per_node']} per node), "
+        f"[b]{d['model']}[/b] ({params}) on {d['n_gpus']} x {d['gpu']} ({d['gpus_per_node']} per node), "
         f"seq {d['seq_len']}, global batch {d['global_batch']}: {result.n_layouts:,} layouts, "
         f"{result.n_valid:,} pass the rules, {result.n_fit:,} fit "
         f"({result.search_s * 1e3:.0f} ms)"

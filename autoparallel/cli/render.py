@@ -42,6 +42,15 @@ def breakdown_tables(rec: dict) -> Columns:
     return Columns([mt, tt], padding=(0, 4))
 
 
+def params_label(counts: dict) -> str:
+    """`8.03B params`, or `46.7B params, 12.9B active` for a mixture of experts."""
+    total, active = counts["total"], counts["active"]
+    text = f"{total / 1e9:.3g}B params"
+    if active < total:
+        text += f", {active / 1e9:.3g}B active"
+    return text
+
+
 def make_console(stderr: bool = False) -> Console:
     """A console 160 columns wide when not writing to a terminal (pipes, files, tests)."""
     console = Console(stderr=stderr)
@@ -55,7 +64,7 @@ def print_estimate(rec: dict, console: Console | None = None) -> None:
     console = console or make_console()
     fits = "[green]fits[/green]" if rec["fits"] else "[red]does not fit[/red]"
     console.print(
-        f"[b]{rec['model']}[/b] on {rec['n_gpus']} x {rec['gpu']}  layout [b]{layout_slug(rec)}[/b]"
+        f"[b]{rec['model']}[/b] ({params_label(rec['model_params'])}) on {rec['n_gpus']} x {rec['gpu']}  layout [b]{layout_slug(rec)}[/b]"
         f"  grad_accum {rec['layout']['grad_accum']}"
     )
     console.print(

@@ -111,7 +111,7 @@ def model_args(job: Job) -> list[list]:
                "--moe-ffn-hidden-size", m.moe.expert_ffn_hidden_size]
         if m.moe.n_shared_experts:
             moe += ["--moe-shared-expert-intermediate-size",
-                    m.moe.n_shared_experts * m.moe.expert_ffn_hidden_size]
+                    m.moe.shared_ffn_total]
         if m.moe.n_dense_layers:
             k = m.moe.n_dense_layers
             moe += ["--moe-layer-freq", f"([0]*{k}+[1]*{m.n_layers - k})"]
