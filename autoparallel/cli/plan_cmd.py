@@ -7,14 +7,13 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from ..errors import InfeasibleError, SpecError
 from ..search.explain import largest_costs, nothing_fits_message, why_first
 from ..search.plan import plan
 from . import app
 from ..cost.arch import build_arch
-from .render import make_console, params_label
+from .render import layout_slug, make_console, params_label, ranked_table
 from .options import Fmt, ProblemOptions, SearchOptions, with_options
 
 def print_plan(result, console: Console) -> None:
@@ -26,18 +25,12 @@ def print_plan(result, console: Console) -> None:
         f"{result.n_valid:,} pass the rules, {result.n_fit:,} fit "
         f"({result.search_s * 1e3:.0f} ms)"
     )
-    table = Table(show_edge=False)
-    for col, justify in (("rank", "right"), ("layout", "left"), ("mem GiB", "right"),
-                         ("step s", "right"), ("MFU", "right"), ("tok/s/GPU", "right")):
-        table.add_column(col, justify=justify)
-    for rec in result.records():
-        lay = rec["layout"]
-        sp = "-sp" if lay["sp"] else ""
-        slug = (f"dp{lay['dp']}-tp{lay['tp']}-pp{lay['pp']}-vp{lay['vp']}-cp{lay['cp']}-ep{lay['ep']}"
-                f"-z{lay['zero']}-r{lay['recompute']}{sp}-mb{lay['micro_batch']}")
-        table.add_row(str(rec["rank"]), slug, f"{rec['memory_gib']['total']:.1f}",
-                      f"{rec['time_s']['step']:.3f}", f"{rec['mfu'] * 100:.1f}%",
-                      f"{rec['tokens_per_s_per_gpu']:,.0f}")
+    rows = [(str(rec["rank"]), layout_slug(rec),
+             [("mem GiB", f"{rec['memory_gib']['total']:.1f}"),
+              ("step s", f"{rec['time_s']['step']:.3f}"), ("MFU", f"{rec['mfu'] * 100:.1f}%"),
+              ("tok/s/GPU", f"{rec['tokens_per_s_per_gpu']:,.0f}")])
+            for rec in result.records()]
+    table = ranked_table(rows, console.width)
     console.print(table)
     console.print(why_first(result.ranked))
     console.print(f"#1 largest costs: {largest_costs(result.ranked, 0)}")
