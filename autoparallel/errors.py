@@ -26,6 +26,11 @@ class ExportError(AutoParallelError):
     """A launcher cannot express the requested layout."""
 
 
+class InputWarning(UserWarning):
+    """An input was accepted but part of it is not modelled (e.g. a Hugging Face config field
+    that changes cost). The CLI prints it as one `warning:` line on stderr."""
+
+
 def format_validation_error(exc, source: str) -> str:
     """Turn a pydantic ValidationError into readable lines: `field` (value): why."""
     lines = []

@@ -107,6 +107,7 @@ class Evaluation:
             "job": self.problem.job.model_dump(),
             "profile_basis": self.problem.profile_basis,
             "band": bands.basis(i),
+            "model_params": self.arch.param_counts(),
         }
 
     def stage_layers(self, i: int) -> list[float]:

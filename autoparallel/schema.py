@@ -17,7 +17,8 @@ with units and a typed `problem` object in the plan output. Version 3: the job s
 the plan's `problem`, `profile_basis`; error bands (`time_s.step_low`, `time_s.step_high`,
 `memory_gib.total_high`, `band`), `tied` and `robustness` per ranked layout, `rank_by` and
 `n_tied` in the plan, the capacity output, and `layout.stage_layers` / `layout.schedule`
-(uneven pipeline splits and pipeline schedules). `tests/golden/schema/v<N>.json` freezes each
+(uneven pipeline splits and pipeline schedules), and `model_params` (total and active
+parameter counts). `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 
 
@@ -145,6 +146,16 @@ class BandOut(_Out):
     """The step band's basis in words."""
 
 
+class ModelParamsOut(_Out):
+    """Parameter counts of the model as the cost model sees it (biases and the few norms the
+    count leaves out are under 0.1 %)."""
+
+    total: int
+    """Every parameter (all experts, embeddings, output layer unless tied)."""
+    active: int
+    """Parameters one token passes through (top-k routed experts only); = total for dense models."""
+
+
 class EstimateOut(_Out):
     """Output of `autoparallel estimate --format json` (and `autoparallel.estimate`)."""
 
@@ -175,6 +186,8 @@ class EstimateOut(_Out):
     the GPU preset's, a profile file)."""
     band: BandOut
     """Basis of the error bands in `time_s` and `memory_gib`."""
+    model_params: ModelParamsOut
+    """Total and active parameter counts of the model."""
 
 
 class RobustnessOut(_Out):
@@ -241,6 +254,8 @@ class PlanOut(_Out):
     """`SCHEMA_VERSION` of this output."""
     problem: ProblemOut
     """What was planned: model, GPU kind and count, sequence length, global batch."""
+    model_params: ModelParamsOut
+    """Total and active parameter counts of the model."""
     n_layouts: int
     """Layouts enumerated."""
     n_valid: int

@@ -73,9 +73,10 @@ def main(argv: list[str]) -> int:
     if slug in hang.get("layouts", []):
         marker = hang.get("once_marker")
         if marker is None or not os.path.exists(marker):
-            if marker:
-                with open(marker, "w", encoding="utf-8") as f:
+            if marker:  # written whole, then renamed: a reader never sees half a file
+                with open(marker + ".tmp", "w", encoding="utf-8") as f:
                     json.dump({"slug": slug, "pid": os.getpid(), "ppid": os.getppid()}, f)
+                os.replace(marker + ".tmp", marker)
             print(f"hanging on {slug}", flush=True)
             time.sleep(hang.get("sleep_s", 60))
     if slug in world.get("crash", []):

@@ -20,7 +20,7 @@ def test_estimate_json_has_exactly_the_documented_keys():
     EstimateOut.model_validate(data)  # extra="forbid": no key more, no key less
     assert list(data) == ["model", "gpu", "n_gpus", "layout", "memory_gib", "fits", "time_s",
                           "mfu", "tokens_per_s_per_gpu", "model_flops_per_step", "job",
-                          "profile_basis", "band"]
+                          "profile_basis", "band", "model_params"]
     assert data["layout"]["grad_accum"] == 256 and data["layout"]["sp"] is True
 
 

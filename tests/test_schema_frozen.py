@@ -23,7 +23,7 @@ GOLDEN = Path(__file__).parent / "golden" / "schema"
 FROZEN = {
     "1": "76a95d8b0c0a9458a79587eda8a8fe2655143dac53fd7a9ac2827393ee79f33c",
     "2": "a71a9639704ee361f283e516af771cd79d128da8061e4510774b30febc5115c4",
-    "3": "42d141cb9f0b5edf4ede13072ee3a94fb9ef1269b28cc90a9cbfb5b65678e305",
+    "3": "fdded8224d4c83c12dcc0bc4c9052571027961530b8c0d09d484d361b959705e",
 }
 """sha256 of each released golden (canonical JSON: sorted keys, no spaces)."""
 OUTPUTS = ("estimate", "plan", "capacity")

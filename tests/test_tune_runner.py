@@ -110,3 +110,53 @@ def test_output_goes_to_the_log_file(tmp_path):
                     timeout_s=30, metric=DEFAULT, log_path=log)
     text = log.read_text()
     assert "out" in text and "err" in text
+
+
+def test_a_sigkilled_worker_takes_its_job_and_the_jobs_children_with_it(tmp_path):
+    """The worker (here a small process calling `run_measurement`) is SIGKILLed while its job
+    runs; the job and a grandchild the job started both end (the watchdog ends the group)."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tuneworld import wait_for_file, wait_gone
+
+    pids = tmp_path / "pids.json"
+    job = ("import json, os, subprocess, sys, time; "
+           "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+           f"open({str(pids)!r} + '.tmp', 'w').write(json.dumps([os.getpid(), c.pid])); "
+           f"os.replace({str(pids)!r} + '.tmp', {str(pids)!r}); time.sleep(120)")
+    worker = ("import sys; from pathlib import Path; "
+              "from autoparallel.tune.runner import MetricParser, run_measurement; "
+              f"run_measurement([sys.executable, '-c', {job!r}], timeout_s=300, "
+              f"metric=MetricParser.compile(None), log_path=Path({str(tmp_path / 'log')!r}))")
+    proc = subprocess.Popen([sys.executable, "-c", worker])
+    try:
+        wait_for_file(pids)
+        job_pid, child_pid = json.loads(pids.read_text())
+        assert os.getpgid(job_pid) == job_pid != os.getpgid(proc.pid)  # a group of its own
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert wait_gone(job_pid, 60), "the job outlived its SIGKILLed worker"
+        assert wait_gone(child_pid, 60), "the job's child outlived the worker"
+    finally:
+        proc.kill()
+
+
+def test_the_watchdog_starts_with_the_first_job_and_leaves_on_goodbye(tmp_path):
+    """A measured job starts the watchdog; after the job has been reaped (unregistered) the
+    goodbye ends the watchdog cleanly (exit 0), with nothing to kill."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", (
+        "import sys, os; from pathlib import Path; "
+        "from autoparallel.tune.runner import JobWatchdog, MetricParser, run_measurement; "
+        "o = run_measurement([sys.executable, '-c', 'print(\"step_time_s=0.5\")'], timeout_s=60, "
+        f"metric=MetricParser.compile(None), log_path=Path({str(tmp_path / 'log')!r})); "
+        "w = JobWatchdog._proc; print(o.step_time_s, w is not None); JobWatchdog.close(); "
+        "print(w.returncode)")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0.5", "True", "0"]

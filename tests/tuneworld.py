@@ -92,3 +92,46 @@ def measure_template(world: Path, extra: str = "") -> str:
     return (f"{shlex.quote(sys.executable)} {shlex.quote(LAUNCHER)} --world "
             f"{shlex.quote(str(world))} --layout {{layout}} --tp {{tp}} "
             f"--pp {{pp}} --vp {{vp}} --cp {{cp}} --zero {{zero}} {extra}").strip()
+
+
+def wait_for_file(path: Path, timeout_s: float = 120.0) -> None:
+    """Block until `path` exists (written whole by a rename), or fail after `timeout_s`: the
+    test waits on the file itself, however long the writer takes (no fixed delay)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} did not appear within {timeout_s:g} s")
+        time.sleep(0.02)
+
+
+def wait_gone(pid: int, timeout_s: float = 60.0) -> bool:
+    """Block until process `pid` has exited (a zombie counts: it runs no more); False after
+    `timeout_s`. Waits on a pidfd (Linux >= 5.3), which becomes readable when the process ends;
+    elsewhere polls /proc."""
+    import os
+    import select
+    import time
+
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    except (AttributeError, OSError):
+        fd = None
+    if fd is not None:
+        try:
+            return bool(select.select([fd], [], [], timeout_s)[0])
+        finally:
+            os.close(fd)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        time.sleep(0.02)
+    return False

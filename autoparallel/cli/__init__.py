@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import typer
 
-from ..errors import AutoParallelError, InfeasibleError
+from ..errors import AutoParallelError, InfeasibleError, InputWarning
 
 app = typer.Typer(
     name="autoparallel",
@@ -39,9 +40,19 @@ def err(message: str) -> None:
         sys.stderr.write(("error: " if i == 0 else "  ") + line + "\n")
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None,
+                  _default=warnings.showwarning) -> None:
+    """`InputWarning`s as one `warning:` line on stderr; others as Python prints them."""
+    if issubclass(category, InputWarning):
+        sys.stderr.write(f"warning: {message}\n")
+    else:
+        _default(message, category, filename, lineno, file, line)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `autoparallel` console script."""
     _register()
+    warnings.showwarning = _show_warning
     debug = os.environ.get("AUTOPARALLEL_DEBUG") == "1"
     try:
         app(args=argv, standalone_mode=True)

@@ -7,11 +7,10 @@ from enum import StrEnum
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from ..presets import list_gpus, list_models, list_stacks, load_gpu, load_model, load_stack
 from . import app
+from .render import fitted_table, make_console
 
 
 class PresetKind(StrEnum):
@@ -27,31 +26,36 @@ def presets_command(
     """List the built-in model, GPU or software-stack presets."""
     from ..cost.arch import build_arch
 
-    console = Console()
+    console = make_console()
     if kind == PresetKind.models:
-        table = Table("name", "layers", "hidden", "heads/kv", "ffn", "vocab", "params (B)", "active (B)")
+        headers = ["name", "layers", "hidden", "heads/kv", "ffn", "vocab", "params B", "active B"]
+        rows = []
         for name in list_models():
             m = load_model(name)
             a = build_arch(m)
-            table.add_row(name, str(m.n_layers), str(m.hidden_size), f"{m.n_heads}/{m.kv_heads}",
+            rows.append([name, str(m.n_layers), str(m.hidden_size), f"{m.n_heads}/{m.kv_heads}",
                           str(m.ffn_hidden_size), str(m.vocab_size), f"{a.n_params / 1e9:.1f}",
-                          f"{a.n_params_active / 1e9:.1f}")
+                          f"{a.n_params_active / 1e9:.1f}"])
     elif kind == PresetKind.stacks:
-        table = Table("name", "attention", "TP overlap", "grads", "precisions", "fitted on")
+        headers = ["name", "attention", "TP overlap", "grads (reduce)", "precisions", "fitted on"]
+        rows = []
         for name in list_stacks():
             st = load_stack(name)
-            attn = ", ".join(f"{g} {k}" for g, k in st.attention.items())
-            table.add_row(name, attn, "on" if st.tp_comm_overlap else "off",
-                          f"{st.grad_dtype} (reduce {st.grad_reduce_dtype})",
-                          ", ".join(st.precisions), ", ".join(sorted(st.profile)) or "-")
+            attn = ",".join(f"{g}:{k}" for g, k in st.attention.items())
+            rows.append([name, attn, "on" if st.tp_comm_overlap else "off",
+                         f"{st.grad_dtype} ({st.grad_reduce_dtype})", ",".join(st.precisions),
+                         ",".join(sorted(st.profile)) or "-"])
     else:
-        table = Table("name", "BF16 TFLOP/s", "FP8", "FP4", "HBM GiB", "HBM TB/s", "scale-up GB/s", "domain", "NIC Gb/s")
+        headers = ["name", "BF16 TFLOP/s", "FP8", "FP4", "HBM GiB", "HBM TB/s", "scale-up GB/s",
+                   "domain", "NIC Gb/s"]
+        rows = []
         for name in list_gpus():
             g = load_gpu(name)
-            table.add_row(name, f"{g.bf16_tflops:g}", f"{g.fp8_tflops or 0:g}" if g.fp8_tflops else "-",
-                          f"{g.fp4_tflops:g}" if g.fp4_tflops else "-", f"{g.hbm_gib:g}", f"{g.hbm_tb_per_s:g}",
-                          f"{g.scaleup_gb_per_s:g}", str(g.scaleup_domain), f"{g.nic_gbit_per_s:g}")
-    console.print(table)
+            rows.append([name, f"{g.bf16_tflops:g}", f"{g.fp8_tflops:g}" if g.fp8_tflops else "-",
+                         f"{g.fp4_tflops:g}" if g.fp4_tflops else "-", f"{g.hbm_gib:g}",
+                         f"{g.hbm_tb_per_s:g}", f"{g.scaleup_gb_per_s:g}", str(g.scaleup_domain),
+                         f"{g.nic_gbit_per_s:g}"])
+    console.print(fitted_table(headers, rows, console.width)[0])
 
 
 @app.command("schema")

@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 
 import typer
-from rich.table import Table
 
 from ..errors import InfeasibleError
 from ..problem import with_gpu_count
 from ..search.explain import nothing_fits_message
 from ..search.pareto import add_front_to_study, time_gpus_front, time_memory_front
 from .options import Fmt
-from .render import layout_slug, make_console
+from .render import layout_slug, make_console, ranked_table
 
 
 def run_pareto(problem, space, rules, second, top, fmt, storage, study_name) -> None:
@@ -44,11 +43,9 @@ def run_pareto(problem, space, rules, second, top, fmt, storage, study_name) -> 
         return
     console = make_console()
     console.print(f"Pareto front of step time vs {second}: {len(front.points)} layouts")
-    table = Table(show_edge=False)
-    for col in ("rank", "GPUs", "layout", "mem GiB", "step s", "MFU"):
-        table.add_column(col)
-    for p in points:
-        table.add_row(str(p["rank"]), str(p["n_gpus"]), layout_slug(p),
-                      f"{p['memory_gib']['total']:.1f}", f"{p['time_s']['step']:.3f}",
-                      f"{p['mfu'] * 100:.1f}%")
+    rows = [(str(p["rank"]), layout_slug(p),
+             [("GPUs", str(p["n_gpus"])), ("mem GiB", f"{p['memory_gib']['total']:.1f}"),
+              ("step s", f"{p['time_s']['step']:.3f}"), ("MFU", f"{p['mfu'] * 100:.1f}%")])
+            for p in points]
+    table = ranked_table(rows, console.width)
     console.print(table)

@@ -7,38 +7,38 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from ..errors import InfeasibleError, SpecError
 from ..search.explain import largest_costs, nothing_fits_message, versus, why_first
 from ..search.plan import plan
 from ..search.robust import RANK_BY, why_recommended
 from . import app
-from .render import layout_slug, make_console
+from ..cost.arch import build_arch
+from .render import layout_slug, make_console, params_label, ranked_table
 from .options import Fmt, ProblemOptions, SearchOptions, with_options
 
 def print_plan(result, console: Console, vs=None) -> None:
     d = result.problem.describe()
+    params = params_label(build_arch(result.problem.model).param_counts())
     console.print(
-        f"[b]{d['model']}[/b] on {d['n_gpus']} x {d['gpu']} ({d['gpus_per_node']} per node), "
+        f"[b]{d['model']}[/b] ({params}) on {d['n_gpus']} x {d['gpu']} ({d['gpus_per_node']} per node), "
         f"seq {d['seq_len']}, global batch {d['global_batch']}: {result.n_layouts:,} layouts, "
         f"{result.n_valid:,} pass the rules, {result.n_fit:,} fit "
         f"({result.search_s * 1e3:.0f} ms)"
     )
-    table = Table(show_edge=False)
-    for col, justify in (("rank", "right"), ("layout", "left"), ("mem GiB", "right"),
-                         ("mem high", "right"), ("step s", "right"), ("band s (p10-p90)", "right"),
-                         ("tied", "left"), ("robust s", "right"), ("MFU", "right"),
-                         ("tok/s/GPU", "right")):
-        table.add_column(col, justify=justify)
+    rows = []
     for rec in result.records():
-        slug = layout_slug(rec)
         ts = rec["time_s"]
-        table.add_row(str(rec["rank"]), slug, f"{rec['memory_gib']['total']:.1f}",
-                      f"{rec['memory_gib']['total_high']:.1f}", f"{ts['step']:.3f}",
-                      f"{ts['step_low']:.3g}-{ts['step_high']:.3g}", "tied" if rec["tied"] else "",
-                      f"{rec['robustness']['score_s']:.3g}", f"{rec['mfu'] * 100:.1f}%",
-                      f"{rec['tokens_per_s_per_gpu']:,.0f}")
+        rows.append((str(rec["rank"]), layout_slug(rec), [
+            ("mem GiB", f"{rec['memory_gib']['total']:.1f}"),
+            ("mem high", f"{rec['memory_gib']['total_high']:.1f}"),
+            ("step s", f"{ts['step']:.3f}"),
+            ("band s", f"{ts['step_low']:.3g}-{ts['step_high']:.3g}"),
+            ("tied", "tied" if rec["tied"] else ""),
+            ("robust s", f"{rec['robustness']['score_s']:.3g}"),
+            ("MFU", f"{rec['mfu'] * 100:.1f}%"),
+            ("tok/s/GPU", f"{rec['tokens_per_s_per_gpu']:,.0f}")]))
+    table = ranked_table(rows, console.width)
     console.print(table)
     if result.rank_by == "time":
         console.print(why_first(result.ranked))

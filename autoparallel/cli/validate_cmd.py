@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -15,6 +16,7 @@ from rich.table import Table
 
 from ..errors import SpecError
 from . import app
+from .render import fitted_table, make_console, stacked_table
 
 RunsOpt = Annotated[Optional[str], typer.Option("--runs", help="CSV of measured runs (columns of the shipped autoparallel/data/published_runs.csv, the default).", show_default=False)]
 StackOpt = Annotated[Optional[str], typer.Option("--stack", help="Use only the runs of this software stack (autoparallel presets stacks).", show_default=False)]
@@ -38,8 +40,10 @@ Fp16Opt = Annotated[bool, typer.Option("--include-fp16", help="Also use FP16 mix
 
 
 def _console() -> Console:
-    """Rich console; wide when the output is not a terminal (files, CI logs)."""
-    return Console() if sys.stdout.isatty() else Console(width=200)
+    """Rich console: `COLUMNS` wide when set, else the terminal's width, else 200 (files, CI logs)."""
+    if os.environ.get("COLUMNS", "").strip().isdigit() or not sys.stdout.isatty():
+        return make_console() if os.environ.get("COLUMNS", "").strip().isdigit() else Console(width=200)
+    return Console()
 
 
 def _pct(x) -> str:
@@ -50,19 +54,36 @@ def _apct(x) -> str:
     return "-" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{100 * x:.1f}%"
 
 
+_STEP_COLS = ("used", "skipped", "median |err|", "p90 |err|", "bias")
+_MEM_COLS = ("mem rows", "mem median |err|", "mem bias", "not fit", "> usable")
+
+
+def _summary_rows(summ: pd.DataFrame) -> list[list[str]]:
+    return [[str(r.iloc[0]), str(r["used"]), str(r["skipped"]), _apct(r["median_abs_err"]),
+             _apct(r["p90_abs_err"]), _pct(r["bias"]), str(r["mem_rows"]),
+             _apct(r["mem_median_abs_err"]), _pct(r["mem_bias"]), str(r["not_fit"]),
+             str(r["over_usable"])] for _, r in summ.iterrows()]
+
+
+def summary_tables(summ: pd.DataFrame, title: str, width: int = 200) -> list[Table]:
+    """Rich table(s) of `report.summary` output: one table when it fits `width`, else the
+    step-time columns and the memory columns as two tables (the group names never cut)."""
+    group = str(summ.columns[0])
+    rows = _summary_rows(summ)
+    table, fits = fitted_table([group, *_STEP_COLS, *_MEM_COLS], rows, width, title=title)
+    if fits:
+        return [table]
+    n = 1 + len(_STEP_COLS)
+    step, _ = fitted_table([group, *_STEP_COLS], [r[:n] for r in rows], width, title=title)
+    mem, _ = fitted_table([group, *_MEM_COLS], [r[:1] + r[n:] for r in rows], width,
+                          title="the same rows: memory")
+    return [step, mem]
+
+
 def summary_table(summ: pd.DataFrame, title: str) -> Table:
-    """Rich table of `report.summary` output."""
-    t = Table(title=title, title_justify="left")
-    for col in (str(summ.columns[0]), "used", "skipped", "median |err|", "p90 |err|", "bias", "mem rows",
-                "mem median |err|", "mem bias", "not fit", "> usable"):
-        t.add_column(col, justify="left" if col == str(summ.columns[0]) else "right")
-    for _, r in summ.iterrows():
-        style = "bold" if r.iloc[0] == "ALL" else None  # first column: the group (source or gpu)
-        t.add_row(str(r.iloc[0]), str(r["used"]), str(r["skipped"]), _apct(r["median_abs_err"]),
-                  _apct(r["p90_abs_err"]), _pct(r["bias"]), str(r["mem_rows"]),
-                  _apct(r["mem_median_abs_err"]), _pct(r["mem_bias"]), str(r["not_fit"]), str(r["over_usable"]),
-                  style=style)
-    return t
+    """Rich table of `report.summary` output (all columns in one table)."""
+    return fitted_table([str(summ.columns[0]), *_STEP_COLS, *_MEM_COLS], _summary_rows(summ),
+                        10_000, title=title)[0]
 
 
 def _print_report(console: Console, pred: pd.DataFrame, skipped: pd.DataFrame, title: str,
@@ -70,13 +91,13 @@ def _print_report(console: Console, pred: pd.DataFrame, skipped: pd.DataFrame, t
     from ..validation.report import skip_table, summary, worst
 
     summ = summary(pred, skipped)
-    console.print(summary_table(summ, title))
+    console.print(*summary_tables(summ, title, console.width))
     if not details:
         return
     if len(pred):
         by_gpu = summary(pred, by="gpu")
         by_gpu["skipped"] = "-"
-        console.print(summary_table(by_gpu, "the same, per GPU preset"))
+        console.print(*summary_tables(by_gpu, "the same, per GPU preset", console.width))
     st = skip_table(skipped)
     if len(st):
         t = Table(title="skipped rows by reason", title_justify="left")
@@ -104,14 +125,16 @@ def _print_report(console: Console, pred: pd.DataFrame, skipped: pd.DataFrame, t
                 t.add_row(str(name), str(n))
             console.print(t)
         w = worst(pred, 10)
-        t = Table(title="worst ten rows (|step error|)", title_justify="left")
-        for col in ("row", "source", "model", "GPUs", "layout", "measured s", "predicted s",
-                    "error", "largest cost items"):
-            t.add_column(col)
-        for _, r in w.iterrows():
-            t.add_row(str(r["row_id"]), str(r["source"]), str(r["model"])[:28], str(r["n_gpus"]),
-                      str(r["layout"]), f"{r['measured_step_s']:.3g}", f"{r['predicted_step_s']:.3g}",
-                      _pct(r["step_err"]), str(r["top_items"]))
+        headers = ["row", "source", "model", "GPUs", "layout", "measured s", "predicted s",
+                   "error", "largest cost items"]
+        rows = [[str(r["row_id"]), str(r["source"]), str(r["model"]), str(r["n_gpus"]),
+                 str(r["layout"]), f"{r['measured_step_s']:.3g}", f"{r['predicted_step_s']:.3g}",
+                 _pct(r["step_err"]), str(r["top_items"])] for _, r in w.iterrows()]
+        title = "worst ten rows (|step error|)"
+        t, fits = fitted_table(headers, rows, console.width, left=5, title=title)
+        if not fits:
+            t = stacked_table(headers, rows, title=title, lines=[[1, 2, 3], [4], [5, 6, 7], [8]],
+                              bare=frozenset({1, 2, 4}))
         console.print(t)
 
 
@@ -133,7 +156,8 @@ def validate_command(
     profiles = profiles_from_files(profile or [])
     console = _console()
     only = f" (stack {cases[0].stack})" if stack and cases else ""
-    console.print(f"{len(frame)} rows in {runs}: {len(cases)} used{only}, {len(skipped)} skipped")
+    console.print(f"{len(frame)} rows in {runs}: {len(cases)} used{only}, {len(skipped)} skipped",
+                  soft_wrap=True)
     pred = predict(cases, profiles)
     _print_report(console, pred, skipped, "step-time error per source (prediction / measurement - 1)")
     if output:
@@ -186,12 +210,12 @@ def calibrate_command(
     console.print(t)
     sources = sorted({c.source for c in chosen})
     in_sample = predict(chosen, {g: result.profile for g in grp})
-    console.print(summary_table(summary(in_sample), "in-sample error (fitted on these runs)"))
+    console.print(*summary_tables(summary(in_sample), "in-sample error (fitted on these runs)", console.width))
     extra = {}
     if loso and len(sources) > 1:
         held, _ = loso_predictions(chosen, grp, knobs=names, loss=loss, prior_weight=prior_weight)
         summ = summary(held)
-        console.print(summary_table(summ, "leave-one-source-out error (each source predicted by a fit to the others)"))
+        console.print(*summary_tables(summ, "leave-one-source-out error (each source predicted by a fit to the others)", console.width))
         overall = summ[summ["source"] == "ALL"].iloc[0]
         extra = {"loso_median_abs_err": float(overall["median_abs_err"]),
                  "loso_p90_abs_err": float(overall["p90_abs_err"]),

@@ -37,6 +37,12 @@ class Arch:
     top_k: int
     expert_ffn: int
     n_shared: int
+    shared_ffn: int
+    """Summed FFN width of the shared experts of one MoE layer."""
+    window: int
+    """Sliding attention window in tokens (0: none)."""
+    n_window_layers: int
+    """Layers that attend within `window`."""
     # --- parameters (counts) ---
     p_attn_q: float
     """Attention weights sharded over every TP rank (Q and output projections, MLA up-projections)."""
@@ -105,11 +111,26 @@ class Arch:
         inactive = self.n_moe_layers * self.p_routed * (1 - self.top_k / self.n_experts)
         return self.n_params - inactive
 
+    def param_counts(self) -> dict[str, int]:
+        """`{"total": ..., "active": ...}` parameter counts, as the JSON outputs carry them."""
+        return {"total": round(self.n_params), "active": round(self.n_params_active)}
+
     # ------------------------------------------------------------------ FLOPs
     @property
     def attn_score_width(self) -> float:
         """n_heads * (d_qk + d_v): causal core-attention forward FLOPs are b * s^2 * this."""
         return self.n_heads * (self.qk_head_dim + self.v_head_dim)
+
+    def attn_pair_fraction(self, seq_len: int) -> float:
+        """Share of the causal score pairs (s^2 / 2 per layer) actually computed, averaged over
+        layers. A window w < s keeps s*w - w^2/2 of them per layer (each query sees at most w
+        keys; the first w queries see their whole prefix), i.e. the fraction (2sw - w^2) / s^2."""
+        s = float(seq_len)
+        if not self.window or self.window >= s or not self.n_window_layers:
+            return 1.0
+        w = float(self.window)
+        windowed = (2.0 * s * w - w * w) / (s * s)
+        return 1.0 - self.n_window_layers / self.n_layers * (1.0 - windowed)
 
     def gemm_params_per_token(self) -> float:
         """Weights a token multiplies through (active experts only, router excluded as in
@@ -122,10 +143,11 @@ class Arch:
 
     def model_flops_per_sequence(self, seq_len: int) -> float:
         """Training FLOPs (forward + backward = 3x forward) for one sequence, Megatron's causal
-        convention (reference §2.1): 6 * tokens * (GEMM weights + logits) + 3 * s^2 * L * n_h(d_qk+d_v)."""
+        convention (reference §2.1): 6 * tokens * (GEMM weights + logits) + 3 * s^2 * L * n_h(d_qk+d_v),
+        the attention term scaled by `attn_pair_fraction` for sliding-window layers."""
         s = float(seq_len)
         gemm = 6.0 * s * (self.gemm_params_per_token() + self.hidden * self.vocab)
-        attn = 3.0 * s * s * self.n_layers * self.attn_score_width
+        attn = 3.0 * s * s * self.n_layers * self.attn_score_width * self.attn_pair_fraction(seq_len)
         return gemm + attn
 
 
@@ -133,7 +155,7 @@ def build_arch(model: ModelSpec) -> Arch:
     """Derive the `Arch` numbers of a model."""
     h, L = model.hidden_size, model.n_layers
     a, g = model.n_heads, model.kv_heads
-    swiglu = model.activation == "swiglu"
+    swiglu = model.gated_mlp  # SwiGLU and GeGLU have the same shapes
     mu = 3 if swiglu else 2  # matrices per MLP (reference §1.1, gamma = 3/2 for SwiGLU)
     c_f = 6 if swiglu else 4  # activation bytes per f (reference §3.4)
     delta = 1 if model.dropout else 0
@@ -168,6 +190,7 @@ def build_arch(model: ModelSpec) -> Arch:
     k = moe.top_k if moe else 0
     f_e = moe.expert_ffn_hidden_size if moe else 0
     n_sh = moe.n_shared_experts if moe else 0
+    f_sh = moe.shared_ffn_total if moe else 0  # summed width of the shared experts
 
     # Activation bytes per token (reference §3.4, 2-byte activations, 1-byte masks):
     # attention: LN input 2h + QKV input 2h + mask delta*h [replicated without SP];
@@ -182,7 +205,7 @@ def build_arch(model: ModelSpec) -> Arch:
     # probabilities 4E [replicated]; per routed copy: permuted expert input 2h + c_f f_e +
     # combine input 2h; shared experts c_f f_e each [sharded].
     act_moe_rep = (4 + delta) * h + 4.0 * E
-    act_moe_shard = k * (4.0 * h + c_f * f_e) + n_sh * c_f * f_e
+    act_moe_shard = k * (4.0 * h + c_f * f_e) + c_f * f_sh
 
     p_mlp = mu * h * model.ffn_hidden_size
     p_norm = 2.0 * h
@@ -216,6 +239,9 @@ def build_arch(model: ModelSpec) -> Arch:
         top_k=k,
         expert_ffn=f_e,
         n_shared=n_sh,
+        shared_ffn=f_sh,
+        window=model.sliding_window or 0,
+        n_window_layers=model.sliding_layers,
         p_attn_q=float(p_q),
         p_attn_kv=float(p_kv),
         p_attn_rep=float(p_rep),
@@ -223,7 +249,7 @@ def build_arch(model: ModelSpec) -> Arch:
         p_mlp=float(p_mlp),
         p_norm=p_norm,
         p_routed=float(E * mu * h * f_e),
-        p_shared=float(n_sh * mu * h * f_e),
+        p_shared=float(mu * h * f_sh),
         p_router=float(h * E),
         p_embed=p_embed,
         p_output=p_output,

@@ -52,8 +52,8 @@ def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
         gemm = gemm + gemm_time(problem, T, E, h)  # router
         gemm = gemm + linear_time(problem, per_expert, arch.mlp_up * arch.expert_ffn / tp, h, local)
         gemm = gemm + linear_time(problem, per_expert, h, arch.expert_ffn / tp, local)
-        if arch.n_shared:
-            f_s = arch.n_shared * arch.expert_ffn
+        if arch.shared_ffn:
+            f_s = arch.shared_ffn
             gemm = gemm + linear_time(problem, T, arch.mlp_up * f_s / tp, h)
             gemm = gemm + linear_time(problem, T, h, f_s / tp)
     else:
@@ -61,8 +61,9 @@ def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
         gemm = gemm + linear_time(problem, T, arch.mlp_up * f / tp, h)
         gemm = gemm + linear_time(problem, T, h, f / tp)
     # causal core attention: b * s^2 * n_h (d_qk + d_v) forward FLOPs (reference §2.1), split by
-    # TP (heads) and CP (load-balanced sequence chunks)
-    attn = attention_time(problem, b * s * s * arch.attn_score_width / (tp * cp))
+    # TP (heads) and CP (load-balanced sequence chunks); sliding-window layers compute a fraction
+    window = arch.attn_pair_fraction(problem.training.seq_len)
+    attn = attention_time(problem, b * s * s * arch.attn_score_width * window / (tp * cp))
     # elementwise kernels write and re-read what the layer stores (reference §3.4 accounting)
     stored = layer_activation_bytes(problem, arch, t, moe, recompute=np.zeros_like(t["rc"]),
                                     low_precision=False)

@@ -37,24 +37,24 @@ def deepspeed_limits(job: Job) -> list[str]:
         reasons.append(
             f"tensor parallelism (tp = {lay.tp}): DeepSpeed's JSON has only AutoTP for Hugging "
             "Face models, which builds no pipeline and checks the batch against the raw world "
-            "size (launchers.md §4.1, §4.3)")
+            "size (docs/export.md, deepspeed row)")
     if lay.pp > 1:
         reasons.append(
             f"pipeline parallelism (pp = {lay.pp}{', vp = %d' % lay.vp if lay.vp > 1 else ''}): "
             "stages are built by the model's PipelineModule, not by the JSON, and DeepSpeed has "
-            "no interleaved schedule (launchers.md §4.1)")
+            "no interleaved schedule (docs/export.md, deepspeed row)")
     if lay.cp > 1:
         reasons.append(
             f"context parallelism (cp = {lay.cp}): DeepSpeed's JSON has no ring context "
-            "parallelism (sequence_parallel_size is Ulysses all-to-all; launchers.md §4.1)")
+            "parallelism (sequence_parallel_size is Ulysses all-to-all; docs/export.md, deepspeed row)")
     if lay.ep > 1:
         reasons.append(
             f"expert parallelism (ep = {lay.ep}): set in the model by "
-            "deepspeed.moe.layer.MoE(ep_size=...), not in the JSON (launchers.md §4.1)")
+            "deepspeed.moe.layer.MoE(ep_size=...), not in the JSON (docs/export.md, deepspeed row)")
     if lay.recompute == "selective":
         reasons.append(
             "recompute = selective: DeepSpeed has no core-attention-only recompute; the model "
-            "decides what is recomputed (launchers.md §4.1): export recompute full (every layer, "
+            "decides what is recomputed (docs/export.md, deepspeed row): export recompute full (every layer, "
             "gradient_checkpointing_enable()) or none")
     return reasons
 

@@ -183,7 +183,7 @@ def model_args(job: Job) -> list[list]:
                "--moe-ffn-hidden-size", m.moe.expert_ffn_hidden_size]
         if m.moe.n_shared_experts:
             moe += ["--moe-shared-expert-intermediate-size",
-                    m.moe.n_shared_experts * m.moe.expert_ffn_hidden_size]
+                    m.moe.shared_ffn_total]
         if m.moe.n_dense_layers:
             k = m.moe.n_dense_layers
             moe += ["--moe-layer-freq", f"([0]*{k}+[1]*{m.n_layers - k})"]
@@ -254,11 +254,11 @@ def megatron_limits(job: Job) -> list[str]:
     if lay.zero in SHARDING and lay.vp > 1:
         reasons.append(
             f"ZeRO-{lay.zero} maps to Megatron-FSDP, which does not take several model chunks "
-            f"per pipeline rank (vp = {lay.vp}; launchers.md §7 item 7): use zero 0/1 or vp = 1")
+            f"per pipeline rank (vp = {lay.vp}; docs/export.md, megatron row): use zero 0/1 or vp = 1")
     if lay.zero in SHARDING and job.problem.model.moe is not None:
         reasons.append(
             f"ZeRO-{lay.zero} maps to Megatron-FSDP, which does not take MoE models "
-            "(launchers.md §7 item 7): use zero 0/1")
+            "(docs/export.md, megatron row): use zero 0/1")
     mla = job.problem.model.mla
     if mla is not None and mla.q_lora_rank == 0:
         reasons.append(

@@ -28,16 +28,16 @@ def nanotron_limits(job: Job) -> list[str]:
     lay, m, reasons = job.layout, job.problem.model, []
     if lay.vp > 1:
         reasons.append(f"interleaving (vp = {lay.vp}): Nanotron splits layers into one "
-                       "contiguous block per pipeline rank (launchers.md §5)")
+                       "contiguous block per pipeline rank (docs/export.md, nanotron row)")
     if recompute_of(job) == Recompute.SELECTIVE:
         reasons.append("selective recompute: Nanotron only has full per-layer recompute "
-                       "(recompute_layer; launchers.md §5)")
+                       "(recompute_layer; docs/export.md, nanotron row)")
     if lay.ep > 1:
         reasons.append(f"expert parallelism (ep = {lay.ep}): Nanotron's rank grid only works "
-                       "for ep = 1 in the version described (launchers.md §5)")
+                       "for ep = 1 in the version described (docs/export.md, nanotron row)")
     if lay.zero > 1:
         reasons.append(f"ZeRO-{lay.zero}: Nanotron's optimizer.zero_stage is 0 or 1 "
-                       "(launchers.md §5)")
+                       "(docs/export.md, nanotron row)")
     elif lay.zero == 1 and lay.cp > 1:
         reasons.append(f"ZeRO-1 with cp = {lay.cp}: Nanotron shards the optimizer over dp "
                        "only, the plan over dp x cp, so memory would exceed the estimate; use "
@@ -47,7 +47,7 @@ def nanotron_limits(job: Job) -> list[str]:
                        "bias-free decoder (LlamaConfig), so it cannot build this model")
     if m.kv_heads < lay.tp:
         reasons.append(f"tp = {lay.tp} exceeds the KV heads ({m.kv_heads}): Nanotron needs "
-                       "num_key_value_heads >= tp (launchers.md §5)")
+                       "num_key_value_heads >= tp (docs/export.md, nanotron row)")
     return reasons
 
 

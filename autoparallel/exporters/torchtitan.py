@@ -184,7 +184,7 @@ def torchtitan_limits(job: Job) -> list[str]:
     if lay.tp > 1 and not lay.sp:
         reasons.append(
             f"tp = {lay.tp} without sequence parallelism: TorchTitan's TOML releases always "
-            "shard the sequence with TP (launchers.md §3.2); use sp on")
+            "shard the sequence with TP (docs/export.md, torchtitan row); use sp on")
     if lay.zero == 0 and lay.cp > 1:
         reasons.append(
             "ZeRO-0 with cp > 1: TorchTitan always applies FSDP over dp_shard x cp when CP is "
@@ -202,7 +202,7 @@ def torchtitan_limits(job: Job) -> list[str]:
     if lay.ep > 1 and shard % lay.ep:
         reasons.append(
             f"ep = {lay.ep} must divide dp_shard x cp = {shard} (expert mesh efsdp x ep x etp = "
-            "dp_shard x cp x tp with etp = tp; launchers.md §3.3, §8)")
+            "dp_shard x cp x tp with etp = tp; docs/export.md, torchtitan row)")
     return reasons
 
 

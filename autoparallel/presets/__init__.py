@@ -18,7 +18,7 @@ from ..errors import SpecError, format_validation_error
 from ..specs.hardware import GPUSpec, Profile
 from ..specs.model import ModelSpec
 from ..specs.stack import StackSpec
-from .hf import hf_config_to_model_dict, is_hf_config
+from .hf import hf_config_to_model_dict, is_hf_config, size_name, text_model_config
 
 __all__ = ["list_models", "list_gpus", "list_stacks", "load_model", "load_gpu", "load_stack",
            "load_profile", "read_table"]
@@ -94,13 +94,28 @@ def load_model(ref: str | ModelSpec) -> ModelSpec:
     if isinstance(ref, ModelSpec):
         return ref
     data, source = _resolve("model", str(ref), list_models())
+    path = Path(str(ref))
+    family = ""
     if is_hf_config(data):
-        data = hf_config_to_model_dict(data, default_name=Path(str(ref)).stem, source=source)
-    data.setdefault("name", Path(str(ref)).stem)
+        # Name: `_name_or_path`, else the file's own name unless it is `config`, else the
+        # model type and size, else the folder name.
+        raw = data
+        data = hf_config_to_model_dict(
+            raw, default_name=None if path.stem == "config" else path.stem, source=source)
+        if "name" not in data:
+            family = str(text_model_config(raw)[0].get("model_type") or "")
+        data.setdefault("name", path.resolve().parent.name or "model")
+    data.setdefault("name", path.stem)
     try:
-        return ModelSpec.model_validate(data)
+        model = ModelSpec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, f"model ({source})")) from None
+    if family:
+        from ..cost.arch import build_arch
+
+        arch = build_arch(model)
+        model = model.model_copy(update={"name": size_name(family, arch.n_params, arch.n_params_active)})
+    return model
 
 
 def load_gpu(ref: str | GPUSpec) -> GPUSpec:

@@ -1,58 +1,266 @@
-"""Translate a Hugging Face `config.json` (Llama, Mistral, Mixtral, Qwen2/3, Qwen3-MoE,
-DeepSeek-V3) into `ModelSpec` keys. Keys of other model features are ignored."""
+"""Translate a Hugging Face `config.json` into `ModelSpec` keys.
+
+Covered as they are published: Llama 2/3/4, Mistral, Mixtral, Qwen2/2.5/3, Qwen2-MoE, Qwen3-MoE,
+DeepSeek-V2/V3, Gemma/Gemma-2, Phi-3, gpt-oss, and the text model of multimodal configs
+(`text_config`). Facts per family come from the transformers configuration classes and the model
+cards cited in `tests/data/hf/README.md`:
+
+- gated MLP (three h x f matrices) by architecture, not by activation name: Gemma's
+  `gelu_pytorch_tanh` is GeGLU; GPT-2/NeoX-style families use a plain two-matrix MLP;
+- tied embeddings from `tie_word_embeddings`, else the family's default (Gemma ties, Llama
+  does not; transformers' base default is tied);
+- shared experts: DeepSeek `n_shared_experts` (routed width), Qwen2-MoE one shared expert of
+  `shared_expert_intermediate_size`, Llama-4 one shared expert of `intermediate_size`;
+- dense layers between MoE layers (DeepSeek `first_k_dense_replace`, Qwen `decoder_sparse_step` /
+  `mlp_only_layers`, Llama-4 `interleave_moe_layer_step`) are counted as leading dense layers;
+- sliding-window attention (`sliding_window`, `layer_types`, Gemma-2 alternation) is modelled;
+  fields that change cost but are not modelled raise an `InputWarning`.
+
+Every size must be a positive integer; zero, negative, boolean or string values are errors
+naming the field, never replaced by defaults.
+"""
 
 from __future__ import annotations
 
-from ..errors import SpecError
+import math
+import warnings
 
+from ..errors import InputWarning, SpecError
+
+GATED_FAMILIES = frozenset({
+    "llama", "llama4", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
+    "qwen3_moe", "deepseek_v2", "deepseek_v3", "gemma", "gemma2", "gemma3", "gemma3_text", "phi3",
+    "phimoe", "gpt_oss", "olmo", "olmo2", "olmoe", "granite", "granitemoe", "cohere", "internlm2",
+    "glm", "glm4", "exaone", "starcoder2_gated", "minicpm", "hunyuan", "ernie4_5",
+})
+"""`model_type`s whose MLP is gated (SwiGLU/GeGLU: gate, up and down matrices)."""
+PLAIN_FAMILIES = frozenset({
+    "gpt2", "gpt_neox", "gptj", "gpt_bigcode", "opt", "bloom", "falcon", "phi", "starcoder2",
+    "mpt", "bert", "roberta", "codegen",
+})
+"""`model_type`s with a plain two-matrix MLP (up, activation, down)."""
+TIED_FAMILIES = frozenset({
+    "gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "gpt_bigcode", "opt", "bloom", "falcon",
+    "starcoder2", "mpt", "codegen",
+})
+"""Families whose config class ties input and output embeddings unless told otherwise."""
+UNTIED_FAMILIES = GATED_FAMILIES - TIED_FAMILIES | {"gpt_neox", "phi", "gptj"}
+_ALTERNATING = frozenset({"gemma2"})
+"""Families whose even-indexed layers use the sliding window (transformers' Gemma-2)."""
 _MOE_COUNT_KEYS = ("num_local_experts", "n_routed_experts", "num_experts")
+_TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token")
+_GELU = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate")
 
 
 def is_hf_config(data: dict) -> bool:
     """True when the dict looks like a Hugging Face transformers config."""
-    return "num_hidden_layers" in data or "model_type" in data or "architectures" in data
+    return any(k in data for k in ("num_hidden_layers", "model_type", "architectures", "text_config"))
 
 
-def hf_config_to_model_dict(cfg: dict, default_name: str, source: str) -> dict:
-    """Map Hugging Face keys onto `ModelSpec` keys (validation happens afterwards)."""
-    required = ["num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size"]
-    missing = [k for k in required if k not in cfg]
-    if missing:
-        raise SpecError(
-            f"model ({source}): Hugging Face config lacks {', '.join(f'`{k}`' for k in missing)}"
-        )
-    act = str(cfg.get("hidden_act", cfg.get("hidden_activation", "silu"))).lower()
+class _Reader:
+    """Typed access to the keys of one config, with errors that name the key and the file."""
+
+    def __init__(self, cfg: dict, source: str):
+        self.cfg, self.source = cfg, source
+
+    def fail(self, key: str, value, why: str, fix: str) -> SpecError:
+        return SpecError(f"model ({self.source}): `{key}` = {value!r} in the Hugging Face config: "
+                         f"{why}; {fix}")
+
+    def count(self, key: str, *, required: bool = False, zero_ok: bool = False,
+              fix: str = "give the value of the published config") -> int | None:
+        """A positive (or, with `zero_ok`, non-negative) integer; None when absent or null."""
+        if key not in self.cfg or self.cfg[key] is None:
+            if required:
+                raise SpecError(f"model ({self.source}): the Hugging Face config lacks `{key}`; {fix}")
+            return None
+        v = self.cfg[key]
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.fail(key, v, "must be an integer (not a string, boolean or fraction)", fix)
+        if v < 0 or (v == 0 and not zero_ok):
+            raise self.fail(key, v, f"must be {'0 or more' if zero_ok else 'a positive integer'}", fix)
+        return v
+
+    def first_count(self, keys: tuple[str, ...], **kw) -> int | None:
+        present = [k for k in keys if self.cfg.get(k) is not None]
+        return self.count(present[0], **kw) if present else None
+
+
+def text_model_config(cfg: dict) -> tuple[dict, list[str]]:
+    """The config of the language model: `text_config` of a multimodal config (with the outer
+    name and embedding tie when the inner one lacks them), else the config itself. Also returns
+    the names of the sub-models left out (e.g. `vision_config`)."""
+    inner = cfg.get("text_config")
+    if not isinstance(inner, dict):
+        return cfg, []
+    merged = dict(inner)
+    for key in ("_name_or_path", "tie_word_embeddings"):
+        if key in cfg and key not in merged:
+            merged[key] = cfg[key]
+    merged.setdefault("model_type", cfg.get("model_type"))
+    left_out = [k for k, v in cfg.items() if k.endswith("_config") and k != "text_config"
+                and isinstance(v, dict) and k != "quantization_config"]
+    return merged, left_out
+
+
+def _activation(cfg: dict, family: str, source: str) -> str:
+    act = str(cfg.get("hidden_activation") or cfg.get("hidden_act") or "silu").lower()
+    gelu = act in _GELU or act.startswith("gelu")
+    if family in GATED_FAMILIES:
+        return "geglu" if gelu else "swiglu"
+    if family in PLAIN_FAMILIES:
+        return "gelu"
+    if act in {"silu", "swish", "swiglu"}:
+        return "swiglu"
+    warnings.warn(f"model ({source}): model_type {family!r} is not a known family; its "
+                  f"`{act}` MLP is taken as plain (two matrices). Write a model TOML with "
+                  "`activation = \"geglu\"` if it is gated", InputWarning, stacklevel=3)
+    return "gelu"
+
+
+def _tied(cfg: dict, family: str) -> bool:
+    v = cfg.get("tie_word_embeddings")
+    if isinstance(v, bool):
+        return v
+    if family in UNTIED_FAMILIES:
+        return False
+    return True  # TIED_FAMILIES, and transformers' PretrainedConfig default
+
+
+def _sliding_layers(r: _Reader, family: str, n_layers: int) -> tuple[int | None, int | None]:
+    """(window, layers using it) or (None, None)."""
+    cfg = r.cfg
+    window = r.count("sliding_window")
+    if window is None or cfg.get("use_sliding_window") is False:
+        return None, None
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        n = sum(1 for t in types if t == "sliding_attention")
+        return (window, n) if n else (None, None)
+    if family in _ALTERNATING:
+        return window, math.ceil(n_layers / 2)
+    pattern = r.count("sliding_window_pattern")
+    if pattern:  # Gemma-3: every pattern-th layer is global
+        return window, n_layers - n_layers // pattern
+    if cfg.get("use_sliding_window") is True:  # Qwen2: layers from max_window_layers on
+        first = r.count("max_window_layers", zero_ok=True) or 0
+        return window, max(n_layers - first, 0)
+    return window, n_layers
+
+
+def _moe(r: _Reader, family: str, n_layers: int, ffn: int) -> dict | None:
+    cfg = r.cfg
+    n_experts = r.first_count(_MOE_COUNT_KEYS, zero_ok=True)
+    if not n_experts:
+        return None
+    top_k = r.first_count(_TOP_K_KEYS, fix="give `num_experts_per_tok` (experts per token)")
+    if top_k is None:
+        raise SpecError(f"model ({r.source}): the Hugging Face config has {n_experts} experts but "
+                        "no `num_experts_per_tok`; give the experts each token is routed to")
+    f_e = r.count("moe_intermediate_size") or r.count("intermediate_size", required=True)
+    moe: dict = {"n_experts": n_experts, "top_k": top_k, "expert_ffn_hidden_size": f_e}
+    shared_w = r.count("shared_expert_intermediate_size", zero_ok=True)
+    if shared_w:  # Qwen2-MoE: one gated shared expert of this width
+        moe |= {"n_shared_experts": 1, "shared_expert_ffn_hidden_size": shared_w}
+    elif family in {"llama4", "llama4_text"}:  # Llama-4: one shared expert of `intermediate_size`
+        moe |= {"n_shared_experts": 1}
+    else:
+        moe["n_shared_experts"] = r.count("n_shared_experts", zero_ok=True) or 0
+    dense = r.count("first_k_dense_replace", zero_ok=True) or 0
+    interleaved = 0
+    step = r.first_count(("decoder_sparse_step", "interleave_moe_layer_step", "moe_layer_freq"))
+    if step and step > 1:  # a layer is MoE when (index + 1) % step == 0
+        interleaved = n_layers - n_layers // step
+    only_dense = cfg.get("mlp_only_layers") or []
+    if isinstance(only_dense, list) and only_dense:
+        interleaved = max(interleaved, len(set(only_dense)))
+    if interleaved:
+        warnings.warn(f"model ({r.source}): {interleaved} dense layers sit between the MoE layers; "
+                      "they are modelled as leading layers (totals are exact, the split into "
+                      "pipeline stages may differ)", InputWarning, stacklevel=3)
+    moe["n_dense_layers"] = min(n_layers, dense + interleaved)
+    return moe
+
+
+def _warn_ignored(r: _Reader, left_out: list[str]) -> None:
+    cfg, src = r.cfg, r.source
+    ignored = []
+    if r.count("attention_chunk_size"):
+        ignored.append(f"chunked attention (`attention_chunk_size` = {cfg['attention_chunk_size']}): "
+                       "costed as full causal attention, an upper bound")
+    if r.count("num_nextn_predict_layers", zero_ok=True):
+        ignored.append("the multi-token-prediction layers (`num_nextn_predict_layers`)")
+    if left_out:
+        ignored.append(f"the {', '.join(left_out)} sub-model(s): the text model is planned")
+    for item in ignored:
+        warnings.warn(f"model ({src}): not modelled: {item}", InputWarning, stacklevel=3)
+
+
+def hf_config_to_model_dict(cfg: dict, default_name: str | None, source: str) -> dict:
+    """Map Hugging Face keys onto `ModelSpec` keys (validation happens afterwards).
+
+    `name` is the last part of `_name_or_path`, else `default_name`; when both are missing the
+    key is left out and the loader names the model from `model_type` and its size.
+    """
+    cfg, left_out = text_model_config(cfg)
+    r = _Reader(cfg, source)
+    fix_missing = "is this the config.json of a decoder-only language model?"
+    n_layers = r.count("num_hidden_layers", required=True, fix=fix_missing)
+    hidden = r.count("hidden_size", required=True, fix=fix_missing)
+    n_heads = r.count("num_attention_heads", required=True, fix=fix_missing)
+    vocab = r.count("vocab_size", required=True, fix=fix_missing)
+    kv = r.count("num_key_value_heads",
+                 fix="remove the key for multi-head attention, or give the number of KV heads")
+    family = str(cfg.get("model_type") or "").lower()
+    ffn = r.count("intermediate_size_mlp") or r.count(
+        "intermediate_size", fix="give the MLP width (`intermediate_size`)")
+    if ffn is None:
+        if family not in PLAIN_FAMILIES:
+            raise SpecError(f"model ({source}): the Hugging Face config lacks `intermediate_size` "
+                            "(the MLP width); add it from the published config")
+        ffn = 4 * hidden  # GPT-2-style configs leave n_inner out: 4h by definition
     out: dict = {
-        "name": str(cfg.get("_name_or_path") or default_name).split("/")[-1] or default_name,
-        "n_layers": cfg["num_hidden_layers"],
-        "hidden_size": cfg["hidden_size"],
-        "n_heads": cfg["num_attention_heads"],
-        "n_kv_heads": cfg.get("num_key_value_heads") or cfg["num_attention_heads"],
-        "ffn_hidden_size": cfg.get("intermediate_size") or 4 * cfg["hidden_size"],
-        "vocab_size": cfg["vocab_size"],
-        "activation": "swiglu" if act in {"silu", "swish", "swiglu"} else "gelu",
-        "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        "n_layers": n_layers,
+        "hidden_size": hidden,
+        "n_heads": n_heads,
+        "n_kv_heads": kv if kv is not None else n_heads,
+        "ffn_hidden_size": ffn,
+        "vocab_size": vocab,
+        "activation": _activation(cfg, family, source),
+        "tied_embeddings": _tied(cfg, family),
     }
-    if cfg.get("rope_theta"):
-        out["rope_theta"] = float(cfg["rope_theta"])
-    if cfg.get("head_dim"):
-        out["head_dim"] = cfg["head_dim"]
-    n_experts = next((cfg[k] for k in _MOE_COUNT_KEYS if cfg.get(k)), None)
-    if n_experts:
-        out["moe"] = {
-            "n_experts": n_experts,
-            "top_k": cfg.get("num_experts_per_tok", 2),
-            "expert_ffn_hidden_size": cfg.get("moe_intermediate_size") or out["ffn_hidden_size"],
-            "n_shared_experts": cfg.get("n_shared_experts") or 0,
-            "n_dense_layers": cfg.get("first_k_dense_replace") or 0,
-        }
-    if cfg.get("kv_lora_rank"):
+    name = str(cfg.get("_name_or_path") or "").rstrip("/").split("/")[-1] or default_name
+    if name:
+        out["name"] = name
+    head_dim = r.count("head_dim")
+    if head_dim:
+        out["head_dim"] = head_dim
+    theta = cfg.get("rope_theta")
+    if isinstance(theta, (int, float)) and not isinstance(theta, bool) and theta > 0:
+        out["rope_theta"] = float(theta)  # exporters write it (Megatron --rotary-base)
+    window, n_window = _sliding_layers(r, family, n_layers)
+    if window:
+        out["sliding_window"], out["n_sliding_layers"] = window, n_window
+    moe = _moe(r, family, n_layers, ffn)
+    if moe:
+        out["moe"] = moe
+    if r.count("kv_lora_rank"):
+        fix = "DeepSeek-style latent attention needs every rank and head width"
         out["mla"] = {
-            "q_lora_rank": cfg.get("q_lora_rank") or 0,
-            "kv_lora_rank": cfg["kv_lora_rank"],
-            "qk_nope_head_dim": cfg.get("qk_nope_head_dim", 128),
-            "qk_rope_head_dim": cfg.get("qk_rope_head_dim", 64),
-            "v_head_dim": cfg.get("v_head_dim", 128),
+            "q_lora_rank": r.count("q_lora_rank", zero_ok=True) or 0,
+            "kv_lora_rank": r.count("kv_lora_rank"),
+            "qk_nope_head_dim": r.count("qk_nope_head_dim", required=True, fix=fix),
+            "qk_rope_head_dim": r.count("qk_rope_head_dim", required=True, fix=fix),
+            "v_head_dim": r.count("v_head_dim", required=True, fix=fix),
         }
-        out.setdefault("head_dim", cfg.get("v_head_dim", 128))
+        out["head_dim"] = out["mla"]["v_head_dim"]
+    _warn_ignored(r, left_out)
     return out
+
+
+def size_name(family: str, total: float, active: float) -> str:
+    """`<model_type>-<total>B` (plus `-A<active>B` for MoE), e.g. `llama-8.03B`."""
+    name = f"{family or 'model'}-{total / 1e9:.3g}B"
+    if active < 0.999 * total:
+        name += f"-A{active / 1e9:.3g}B"
+    return name

@@ -92,6 +92,7 @@ class PlanResult:
         return {
             "schema_version": SCHEMA_VERSION,
             "problem": self.problem.describe(),
+            "model_params": build_arch(self.problem.model).param_counts(),
             "n_layouts": self.n_layouts,
             "n_valid": self.n_valid,
             "n_fit": self.n_fit,

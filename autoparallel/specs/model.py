@@ -17,9 +17,13 @@ class MoESpec(Spec):
     top_k: PositiveInt
     """Experts each token is routed to."""
     expert_ffn_hidden_size: PositiveInt
-    """FFN hidden size of one routed expert (and of each shared expert)."""
+    """FFN hidden size of one routed expert (and of each shared expert unless
+    `shared_expert_ffn_hidden_size` is given)."""
     n_shared_experts: NonNegativeInt = 0
     """Shared experts every token passes through (DeepSeek style)."""
+    shared_expert_ffn_hidden_size: PositiveInt | None = None
+    """FFN hidden size of each shared expert when it differs from a routed expert's (Qwen2-MoE:
+    one shared expert of `shared_expert_intermediate_size`); defaults to `expert_ffn_hidden_size`."""
     n_dense_layers: NonNegativeInt = 0
     """Leading layers that keep a dense MLP of `ffn_hidden_size` (DeepSeek `first_k_dense_replace`)."""
 
@@ -30,7 +34,17 @@ class MoESpec(Spec):
                 f"`top_k` ({self.top_k}) cannot exceed `n_experts` ({self.n_experts}): "
                 "a token is routed to distinct experts"
             )
+        if self.shared_expert_ffn_hidden_size is not None and not self.n_shared_experts:
+            raise ValueError(
+                "`shared_expert_ffn_hidden_size` is given but `n_shared_experts` is 0; "
+                "set `n_shared_experts` (e.g. 1) or drop the width"
+            )
         return self
+
+    @property
+    def shared_ffn_total(self) -> int:
+        """Summed FFN width of the shared experts (0 without shared experts)."""
+        return self.n_shared_experts * (self.shared_expert_ffn_hidden_size or self.expert_ffn_hidden_size)
 
 
 class MLASpec(Spec):
@@ -67,8 +81,9 @@ class ModelSpec(Spec):
     """Dense MLP hidden size f (for MoE models: the width of the leading dense layers)."""
     vocab_size: PositiveInt
     """Vocabulary size V (padded as trained)."""
-    activation: Literal["swiglu", "gelu"] = "swiglu"
-    """MLP type: gated SwiGLU (three h x f matrices) or GeLU (two)."""
+    activation: Literal["swiglu", "geglu", "gelu"] = "swiglu"
+    """MLP type: gated SwiGLU or GeGLU (three h x f matrices; Gemma's gated tanh-GeLU) or plain
+    GeLU (two). The cost model treats both gated kinds alike."""
     dropout: bool = False
     """Whether dropout is applied (each dropout mask stores 1 byte per element)."""
     tied_embeddings: bool = False
@@ -76,6 +91,12 @@ class ModelSpec(Spec):
     rope_theta: PositiveFloat | None = None
     """Rotary position embedding base (HF `rope_theta`; Llama 3: 500000). None: not given, and
     exporters write the launcher's default for a RoPE model (10000). It does not change cost."""
+    sliding_window: PositiveInt | None = None
+    """Attention window in tokens of the sliding-window layers (Mistral, Gemma-2, gpt-oss);
+    None: every layer attends to the whole causal prefix."""
+    n_sliding_layers: NonNegativeInt | None = None
+    """How many layers use `sliding_window` (Gemma-2 and gpt-oss alternate: half of them);
+    defaults to every layer when `sliding_window` is given."""
     n_params: PositiveFloat | None = None
     """Total parameter count; when given it replaces the architecture count and is spread evenly
     over the layers (the seed's ledger does this). Not allowed with `moe`."""
@@ -108,6 +129,10 @@ class ModelSpec(Spec):
                 "`n_params` cannot be combined with a `moe` table: expert parameters are "
                 "sharded differently from dense ones, so give the architecture instead"
             )
+        if self.n_sliding_layers is not None and self.n_sliding_layers > self.n_layers:
+            raise ValueError(
+                f"`n_sliding_layers` ({self.n_sliding_layers}) exceeds `n_layers` ({self.n_layers})"
+            )
         if self.moe is not None and self.moe.n_dense_layers > self.n_layers:
             raise ValueError(
                 f"`moe.n_dense_layers` ({self.moe.n_dense_layers}) exceeds `n_layers` "
@@ -119,6 +144,18 @@ class ModelSpec(Spec):
     def kv_heads(self) -> int:
         """Key/value heads (never None after validation)."""
         return int(self.n_kv_heads or self.n_heads)
+
+    @property
+    def gated_mlp(self) -> bool:
+        """True for the three-matrix gated MLPs (SwiGLU, GeGLU)."""
+        return self.activation != "gelu"
+
+    @property
+    def sliding_layers(self) -> int:
+        """Layers that attend within `sliding_window` (0 without a window)."""
+        if self.sliding_window is None:
+            return 0
+        return self.n_layers if self.n_sliding_layers is None else int(self.n_sliding_layers)
 
     @property
     def head_width(self) -> int:

@@ -9,10 +9,19 @@ whose worker died (failed by the heartbeat check, no `failure` attribute) to its
 Stopping: Ctrl-C or SIGTERM sets `TuneSession.stop`; running jobs are killed and their trials
 are left RUNNING, so that with a database storage the heartbeat check fails them after the grace
 period and a retry measures the layout again (an interrupted measurement is not a result).
+
+Lost trials: a worker that has finished its own work (budget spent or pool exhausted) does not
+leave while a trial it saw RUNNING might belong to a dead worker: it watches each until its
+heartbeat moves (its worker is alive), it finishes, or it goes stale (no heartbeat for the grace
+period); it fails the stale ones itself (Optuna's retry callback queues a copy of each) and
+measures the retries, so that a lost trial does not wait for the next `tune` invocation when no
+live worker remains. With live workers around, a finished worker lingers about one heartbeat
+interval.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
@@ -178,6 +187,71 @@ def _record(s: TuneSession, trial, cand, out) -> None:
         s.log(f"trial {trial.number}: {cand.slug} failed ({out.failure}): {out.detail}")
 
 
+def _running_beats(s: TuneSession) -> dict[int, object]:
+    """Last heartbeat (None before the first) of every RUNNING trial of the study, by trial id,
+    read from Optuna's heartbeat table as `RDBStorage._get_stale_trial_ids` reads it."""
+    from optuna.storages._rdb import models
+
+    session = s.rdb.scoped_session()
+    try:
+        rows = (session.query(models.TrialModel.trial_id, models.TrialHeartbeatModel.heartbeat)
+                .outerjoin(models.TrialHeartbeatModel,
+                           models.TrialHeartbeatModel.trial_id == models.TrialModel.trial_id)
+                .filter(models.TrialModel.state == TrialState.RUNNING,
+                        models.TrialModel.study_id == s.study._study_id).all())
+    finally:
+        session.close()
+    return {tid: beat for tid, beat in rows}
+
+
+def _fail_stale(s: TuneSession) -> int:
+    """Fail the trials whose heartbeat is older than the grace period and queue their retries
+    (what `optuna.storages.fail_stale_trials` does); returns how many *this* call failed (the
+    state change is atomic, so of two workers failing one trial exactly one counts it)."""
+    failed = 0
+    callback = s.rdb.get_heartbeat_stale_trial_callback()
+    for tid in s.rdb._get_stale_trial_ids(s.study._study_id):
+        try:
+            if not s.rdb.set_trial_state_values(tid, state=TrialState.FAIL):
+                continue
+        except optuna.exceptions.UpdateFinishedTrialError:
+            continue
+        failed += 1
+        if callback is not None:
+            callback(s.study, copy.deepcopy(s.rdb.get_trial(tid)))
+    return failed
+
+
+def recover_lost(s: TuneSession) -> bool:
+    """Wait for the trials RUNNING now until each shows its worker alive (its heartbeat moves)
+    or finishes, or goes stale; True as soon as this worker has failed a stale one (its retry
+    is queued for this worker to measure), False when none is left to wait for, or on stop.
+    With live workers around this lingers about one heartbeat interval; a dead worker's trial
+    keeps it until the grace period has passed."""
+    if s.rdb is None:  # in memory: every worker is a thread of this process
+        return False
+    interval = float(s.config.heartbeat_interval_s)
+    try:
+        watch = _running_beats(s)
+    except Exception:  # the heartbeat table could not be read: leave as before
+        return False
+    first_seen = time.monotonic()
+    while watch and not s.stop.is_set():
+        if _fail_stale(s):
+            return True
+        try:
+            now = _running_beats(s)
+        except Exception:
+            return False
+        silent_too_long = time.monotonic() - first_seen > 2 * interval
+        # alive (heartbeat moved), finished, or never beat at all (Optuna cannot fail those)
+        watch = {tid: beat for tid, beat in watch.items()
+                 if tid in now and now[tid] == beat and not (beat is None and silent_too_long)}
+        if watch:
+            s.stop.wait(max(0.05, interval / 4))
+    return False
+
+
 def run_workers(s: TuneSession, max_drops: int = 50) -> None:
     """Run `config.workers` threads until the budget is spent, the pool is exhausted, or the
     session is stopped (KeyboardInterrupt in the calling thread stops it and is re-raised)."""
@@ -193,6 +267,13 @@ def run_workers(s: TuneSession, max_drops: int = 50) -> None:
                 if status == "exhausted":
                     break
                 drops = drops + 1 if status == "dropped" else 0
+            # own work done: one thread per process stays for trials of workers that died
+            if not s.stop.is_set() and s.recovering.acquire(blocking=False):
+                try:
+                    while recover_lost(s) and measure_one(s) == "measured":
+                        pass
+                finally:
+                    s.recovering.release()
         except Interrupted:
             pass
         except BaseException as exc:  # surfaced after the other threads stop

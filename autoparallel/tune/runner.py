@@ -4,6 +4,16 @@ its output; classify failures as `oom`, `crash`, `timeout` or `no_metric`.
 The job's stdout and stderr go, merged, to `output.log` in the trial directory (a file, not a
 pipe, so a chatty job can never block on a full pipe). The job runs in its own process group so
 that a timeout ends it and every process it started (e.g. torchrun's workers).
+
+The job also dies with its worker, even when the worker is killed without any chance to clean
+up (SIGKILL, the OOM killer): a watchdog process (`JobWatchdog`, one per `tune` process, in a
+session of its own) holds the read end of a pipe whose write end only the `tune` process holds.
+Each job's process group is registered on the pipe when it starts and unregistered when it has
+been reaped; when the pipe closes without a clean goodbye, the kernel has closed it because the
+worker died, and the watchdog ends every group still registered (SIGTERM, then SIGKILL after
+the grace period). A parent-death signal (`prctl(PR_SET_PDEATHSIG)` in a `preexec_fn`) would
+reach only the job's first process, fires when the forking *thread* ends rather than the
+process, and `preexec_fn` is unsafe in a process with threads, which `tune` workers are.
 """
 
 from __future__ import annotations
@@ -13,6 +23,7 @@ import re
 import signal
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -124,6 +135,92 @@ def classify(text: str, returncode: int | None, timed_out: bool, metric: MetricP
     return step, None, f"{step:.6g} s"
 
 
+_WATCHDOG_CODE = r"""
+import os, signal, sys, time
+grace = float(sys.argv[1])
+groups, buf, clean = set(), b"", False
+while True:
+    chunk = os.read(0, 4096)
+    if not chunk:
+        break
+    buf += chunk
+    *lines, buf = buf.split(b"\n")
+    for line in lines:
+        op, arg = line[:1], line[1:]
+        if op == b"+":
+            groups.add(int(arg))
+        elif op == b"-":
+            groups.discard(int(arg))
+        elif op == b"q":
+            clean = True
+if not clean:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pg in list(groups):
+            try:
+                os.killpg(pg, sig)
+            except OSError:
+                groups.discard(pg)
+        deadline = time.monotonic() + grace
+        while groups and time.monotonic() < deadline:
+            for pg in list(groups):
+                try:
+                    os.killpg(pg, 0)
+                except OSError:
+                    groups.discard(pg)
+            time.sleep(0.05)
+"""
+"""The watchdog's program: register (`+pgid`) and unregister (`-pgid`) process groups; `q` is the
+clean goodbye. At end of input without it, end the registered groups."""
+
+
+class JobWatchdog:
+    """One helper process per `tune` process that ends the registered jobs' process groups if
+    this process dies (see the module docstring). Started on first use; POSIX only."""
+
+    _lock = threading.Lock()
+    _proc: subprocess.Popen | None = None
+    _pid: int | None = None
+
+    @classmethod
+    def _send(cls, line: str) -> None:
+        with cls._lock:
+            if cls._proc is None or cls._pid != os.getpid():  # first use, or a forked child
+                cls._proc = subprocess.Popen(
+                    [sys.executable, "-I", "-c", _WATCHDOG_CODE, "5"], stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                cls._pid = os.getpid()
+            try:
+                cls._proc.stdin.write(line.encode() + b"\n")
+                cls._proc.stdin.flush()
+            except (BrokenPipeError, OSError):  # the watchdog was killed: start another
+                cls._proc = None
+
+    @classmethod
+    def register(cls, pgid: int) -> None:
+        """Watch the process group `pgid`."""
+        if os.name == "posix":
+            cls._send(f"+{pgid}")
+
+    @classmethod
+    def unregister(cls, pgid: int) -> None:
+        """Stop watching `pgid` (its leader has been reaped)."""
+        if os.name == "posix":
+            cls._send(f"-{pgid}")
+
+    @classmethod
+    def close(cls) -> None:
+        """Say goodbye (nothing to end) and let the watchdog exit."""
+        with cls._lock:
+            if cls._proc is not None and cls._pid == os.getpid():
+                try:
+                    cls._proc.stdin.write(b"q\n")
+                    cls._proc.stdin.close()
+                    cls._proc.wait(timeout=10)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+            cls._proc = None
+
+
 def _kill_group(proc: subprocess.Popen, grace_s: float) -> None:
     """SIGTERM the job's process group, then SIGKILL what is left after `grace_s`."""
     for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
@@ -160,6 +257,7 @@ def run_measurement(argv: Sequence[str], *, timeout_s: float, metric: MetricPars
             msg = f"cannot start {argv[0]!r}: {exc.strerror or exc}"
             log.write(msg.encode())
             return Outcome(None, "crash", msg, None, time.perf_counter() - t0, log_path)
+        JobWatchdog.register(proc.pid)  # the group id is the leader's pid (new session)
         deadline = time.monotonic() + timeout_s
         try:
             while proc.poll() is None:
@@ -177,6 +275,9 @@ def run_measurement(argv: Sequence[str], *, timeout_s: float, metric: MetricPars
         except BaseException:  # interrupted: never leave the job running
             _kill_group(proc, 0.5)
             raise
+        finally:
+            if proc.returncode is not None:  # reaped: the group id may be reused from now on
+                JobWatchdog.unregister(proc.pid)
     wall = time.perf_counter() - t0
     text = log_path.read_text(encoding="utf-8", errors="replace")
     step, failure, detail = classify(text, proc.returncode, timed_out, metric, timeout_s)

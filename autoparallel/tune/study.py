@@ -131,6 +131,9 @@ class TuneSession:
     """Trials this invocation measured."""
     stop: threading.Event = field(default_factory=threading.Event)
     """Set to stop the workers (Ctrl-C, SIGTERM, an error in one of them)."""
+    recovering: threading.Lock = field(default_factory=threading.Lock)
+    """Held by the one worker thread that, its own work done, waits for lost trials
+    (`loop.recover_lost`)."""
 
     def take_ticket(self) -> bool:
         with self._lock:

@@ -1,0 +1,192 @@
+"""Hugging Face configs as published: parameter counts against the authors' figures, family
+rules (gated MLPs, tied embeddings, shared experts, nested text configs, sliding windows),
+names, and clear errors for impossible values. Sources of the fixtures and figures:
+tests/data/hf/README.md."""
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from autoparallel.cost.arch import build_arch
+from autoparallel.errors import InputWarning, SpecError
+from autoparallel.presets import load_model
+from conftest import DATA, run_cli
+
+HF = DATA / "hf"
+
+
+def _load(name: str):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", InputWarning)
+        return load_model(str(HF / f"{name}.json"))
+
+
+def _counts(name: str) -> tuple[float, float, object]:
+    arch = build_arch(_load(name))
+    return arch.n_params, arch.n_params_active, arch
+
+
+def _within(ours: float, published: float, tol: float) -> bool:
+    return abs(ours / published - 1.0) <= tol
+
+
+# (fixture, published total, published active or None for dense, source)
+PUBLISHED = [
+    ("llama-3.1-8b", 8.03e9, None, "Hub model page meta-llama/Llama-3.1-8B: 8.03B params"),
+    ("llama-3.1-70b", 70.6e9, None, "Hub model page meta-llama/Llama-3.1-70B: 70.6B params"),
+    ("llama-3.1-405b", 405e9, None, "Llama 3 paper, arXiv 2407.21783, Table 3: 405B"),
+    ("qwen2.5-72b", 72.7e9, None, "Qwen2.5-72B model card: Number of Parameters 72.7B"),
+    ("qwen3-30b-a3b", 30.5e9, 3.3e9, "Qwen3-30B-A3B model card: 30.5B in total, 3.3B activated"),
+    ("qwen2-57b-a14b", 57e9, 14e9, "Qwen2 report, arXiv 2407.10671, Table 1: 57B, 14B activated"),
+    ("mixtral-8x7b", 46.7e9, 12.9e9, "Mistral AI, 'Mixtral of experts' (2023-12-11): 46.7B, 12.9B per token"),
+    ("deepseek-v3", 671e9, 37e9, "DeepSeek-V3 report, arXiv 2412.19437, abstract: 671B, 37B activated"),
+    ("gemma-2-9b", 917_962_752 + 8_324_201_984, None, "Gemma 2 report, arXiv 2408.00118, Table 2"),
+    ("gemma-2-27b", 1_180_237_824 + 26_047_480_320, None, "Gemma 2 report, arXiv 2408.00118, Table 2"),
+    ("mistral-7b", 7.3e9, None, "Mistral AI, 'Mistral 7B' announcement (2023-09-27): 7.3B"),
+    ("phi-3-mini-4k", 3.8e9, None, "Phi-3 report, arXiv 2404.14219: phi-3-mini, 3.8B"),
+]
+
+
+@pytest.mark.parametrize("name,total,active,source", PUBLISHED, ids=[p[0] for p in PUBLISHED])
+def test_parameter_count_matches_the_published_figure(name, total, active, source):
+    ours_total, ours_active, _ = _counts(name)
+    assert _within(ours_total, total, 0.01), f"{name}: {ours_total:.4g} vs {total:.4g} ({source})"
+    if active is None:
+        assert ours_active == ours_total
+    else:
+        assert _within(ours_active, active, 0.02), f"{name}: active {ours_active:.4g} vs {active:.4g} ({source})"
+
+
+def test_gpt_oss_120b_counts_with_the_model_cards_active_convention():
+    # gpt-oss model card (arXiv 2508.10925, Table 1): 116.83B total, 5.13B active; its active
+    # count includes the unembedding but not the embedding table (a lookup, no FLOPs).
+    total, active, arch = _counts("gpt-oss-120b")
+    assert _within(total, 116.83e9, 0.01)
+    assert _within(active - arch.p_embed, 5.13e9, 0.02)
+
+
+def _vit_params(v: dict) -> float:
+    """A ViT encoder's weights from its config: per layer q, k, v, o (h x h, with biases) and a
+    two-matrix MLP (h x f, with biases); plus the patch embedding (3 p^2 h) and position table."""
+    h, f, n = v["hidden_size"], v["intermediate_size"], v["num_hidden_layers"]
+    per_layer = 4 * (h * h + h) + 2 * h * f + f + h + 4 * h
+    patches = (v["image_size"] // v["patch_size"]) ** 2 + 1
+    return n * per_layer + v["num_channels"] * v["patch_size"] ** 2 * h + patches * h
+
+
+def test_llama4_scout_reads_the_text_model_and_its_shared_expert():
+    # Meta's Llama 4 model card: Scout 109B total (the multimodal checkpoint), 17B active.
+    cfg = json.loads((HF / "llama-4-scout-17b-16e.json").read_text())
+    v = cfg["vision_config"]
+    # pixel-shuffle adapter (f*4 -> projector dims) and projector to the text width
+    adapter = v["intermediate_size"] * v["projector_input_dim"] + v["projector_input_dim"] * v["projector_output_dim"]
+    projector = v["vision_output_dim"] * cfg["text_config"]["hidden_size"]
+    vision = _vit_params(v) + adapter + projector
+    total, active, arch = _counts("llama-4-scout-17b-16e")
+    assert 0.8e9 < vision < 1.0e9
+    assert _within(total + vision, 109e9, 0.01)
+    assert _within(active, 17e9, 0.02)
+    m = _load("llama-4-scout-17b-16e")
+    assert m.moe.n_shared_experts == 1 and m.moe.n_experts == 16 and m.moe.top_k == 1
+    assert m.moe.expert_ffn_hidden_size == 8192 and m.ffn_hidden_size == 16384  # intermediate_size_mlp
+
+
+def test_llama4_warns_about_what_is_not_modelled():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_model(str(HF / "llama-4-scout-17b-16e.json"))
+    text = " ".join(str(w.message) for w in caught if issubclass(w.category, InputWarning))
+    assert "attention_chunk_size" in text and "vision_config" in text
+
+
+def test_gemma2_is_a_gated_geglu_with_tied_embeddings_and_alternating_windows():
+    m = _load("gemma-2-9b")
+    assert m.activation == "geglu" and m.tied_embeddings  # config has no tie key: family default
+    assert m.sliding_window == 4096 and m.n_sliding_layers == 21  # even-indexed layers of 42
+    arch = build_arch(m)
+    # 3 matrices per MLP: 42 x 3 x 3584 x 14336; a plain GeLU would lose a third of them
+    assert arch.p_mlp == 3 * 3584 * 14336
+    assert arch.p_output == 0.0
+
+
+def test_qwen2_moe_shared_expert_has_its_own_width():
+    m = _load("qwen2-57b-a14b")
+    assert m.moe.n_shared_experts == 1 and m.moe.shared_expert_ffn_hidden_size == 20480
+    assert build_arch(m).p_shared == 3 * 3584 * 20480
+    # without the shared expert the model would be 6.2B short: 28 x 3 x 3584 x 20480
+    assert _counts("qwen2-57b-a14b")[0] - 28 * 3 * 3584 * 20480 < 0.9 * 57e9
+
+
+def test_sliding_window_shrinks_attention_flops_only_beyond_the_window():
+    arch = build_arch(_load("mistral-7b"))  # 4096-token window on every layer
+    assert arch.attn_pair_fraction(4096) == 1.0
+    # s = 16384, w = 4096: (2sw - w^2) / s^2 = 7/16 of the causal pairs
+    assert arch.attn_pair_fraction(16384) == pytest.approx(7 / 16)
+    gemma = build_arch(_load("gemma-2-9b"))  # half the layers windowed
+    assert gemma.attn_pair_fraction(16384) == pytest.approx(0.5 + 0.5 * 7 / 16)
+    qwen = build_arch(_load("qwen2.5-72b"))  # use_sliding_window false: no window
+    assert qwen.attn_pair_fraction(131072) == 1.0
+
+
+def test_names_come_from_the_config_not_from_config_json(tmp_path):
+    cfg = json.loads((HF / "mixtral-8x7b.json").read_text())
+    folder = tmp_path / "my-mixtral"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    assert load_model(str(folder / "config.json")).name == "mixtral-46.7B-A12.9B"
+    (folder / "config.json").write_text(json.dumps({**cfg, "_name_or_path": "mistralai/Mixtral-8x7B-v0.1"}))
+    assert load_model(str(folder / "config.json")).name == "Mixtral-8x7B-v0.1"
+    (folder / "config.json").write_text(json.dumps({k: v for k, v in cfg.items() if k != "model_type"}))
+    assert load_model(str(folder / "config.json")).name == "my-mixtral"
+    assert _load("llama-3.1-8b").name == "llama-3.1-8b"  # a file named by the user keeps its name
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("num_key_value_heads", 0, "must be a positive integer"),
+    ("intermediate_size", 0, "must be a positive integer"),
+    ("hidden_size", -4096, "must be a positive integer"),
+    ("num_hidden_layers", True, "must be an integer"),
+    ("num_attention_heads", "32", "must be an integer"),
+    ("vocab_size", 32000.5, "must be an integer"),
+])
+def test_invalid_values_are_errors_naming_the_field(tmp_path, key, value, words):
+    cfg = json.loads((HF / "mistral-7b.json").read_text())
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps({**cfg, key: value}))
+    with pytest.raises(SpecError) as exc:
+        load_model(str(f))
+    msg = str(exc.value)
+    assert f"`{key}` = {value!r}" in msg and words in msg and "\n" not in msg
+
+
+def test_moe_without_top_k_is_an_error(tmp_path):
+    cfg = json.loads((HF / "mixtral-8x7b.json").read_text())
+    del cfg["num_experts_per_tok"]
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg))
+    with pytest.raises(SpecError, match="num_experts_per_tok"):
+        load_model(str(f))
+
+
+def test_plan_header_and_json_carry_the_parameter_counts():
+    model = HF / "qwen3-30b-a3b.json"
+    args = ["--model", model, "--gpu", "h100", "--gpus", "8", "--seq-len", "4096",
+            "--global-batch", "64", "--top", "2", "--keep", "0"]
+    r = run_cli("plan", *args)
+    assert r.returncode == 0, r.stderr
+    assert "qwen3-30b-a3b (30.5B params, 3.35B active)" in r.stdout
+    r = run_cli("plan", *args, "--format", "json")
+    data = json.loads(r.stdout)
+    total, active, _ = _counts("qwen3-30b-a3b")
+    assert data["model_params"] == {"total": round(total), "active": round(active)}
+    assert data["ranked"][0]["model_params"] == data["model_params"]
+
+
+def test_cli_prints_model_warnings_as_one_line():
+    r = run_cli("estimate", "--model", HF / "deepseek-v3.json", "--gpu", "h100", "--gpus", "8",
+                "--seq-len", "4096", "--global-batch", "64", "--format", "json")
+    warn_lines = [ln for ln in r.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(warn_lines) == 1 and "num_nextn_predict_layers" in warn_lines[0]
+    assert "Traceback" not in r.stderr and "InputWarning" not in r.stderr
