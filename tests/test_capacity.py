@@ -79,14 +79,14 @@ def test_capacity_json_rows_are_consistent_with_their_throughput():
     for g in ("h100", "b200"):
         d = [x["days"] for x in rows if x["gpu"] == g]
         assert d == sorted(d, reverse=True)
-    # Llama 3 70B took 6.4M H100 GPU-hours for 15T tokens (Llama 3 model card), at the 38-43 %
-    # MFU the Llama 3 report states for its stack. The default stack here is megatron-core
-    # (fitted on Megatron-Core's own runs) whose best 2048-GPU layout runs at ~55 % MFU, so the
-    # published figure lies above our mid estimate by about 55/40 (docs/validation.md); it
-    # must stay within that MFU ratio of the band, not below it
+    # Llama 3 70B took 6.4M H100 GPU-hours for 15T tokens (Llama 3 model card) at the 38-43 %
+    # MFU the Llama 3 report states for its stack. Rescaled to that MFU (mid 40.5 %), our row's
+    # GPU-hours must come within 0.6-1.1x of the published figure: it also pays for what a step
+    # time leaves out (evaluation, long-context annealing, restarts beyond the goodput model).
+    # Unscaled, our default stack's best layout runs at ~55 % MFU (docs/validation.md).
     h = next(x for x in rows if x["gpu"] == "h100" and x["n_gpus"] == 2048)
-    mfu_ratio = 0.55 / 0.38
-    assert h["gpu_hours_low"] < 6.4e6 < h["gpu_hours_high"] * mfu_ratio
+    at_meta_mfu = h["gpu_hours"] * h["mfu"] / 0.405
+    assert 0.6 < at_meta_mfu / 6.4e6 < 1.1, at_meta_mfu
 
 
 def test_deadline_returns_the_smallest_count_meeting_it_at_the_slow_end():

@@ -18,7 +18,8 @@ from ..capacity_model import (CKPT_RESTORE_S, CKPT_WRITE_S, MTBF_GPU_HOURS, NODE
 from ..errors import SpecError
 from ..search.robust import RANK_BY
 from . import app
-from .options import Fmt
+from .options import Fmt, JobOptions, with_options
+from .render import ranked_table
 from .render import make_console
 
 
@@ -33,22 +34,25 @@ def print_capacity(out: dict, console: Console) -> None:
     console.print(f"[b]{job['model']}[/b]: {job['tokens']:.3g} tokens, seq {job['seq_len']}, "
                   f"global batch {job['global_batch']} sequences ({job['global_batch_tokens']:,} "
                   "tokens); figures: mid (p10-p90 band)")
-    t = Table(show_edge=False)
-    for col in ("GPU", "GPUs", "layout", "Mtok/s", "days", "goodput", "M GPU-h", "cost", "MWh"):
-        t.add_column(col, justify="left" if col in ("GPU", "layout") else "right",
-                     overflow="fold")
+    rows = []
     for r in out["rows"]:
+        label = f"{r['gpu']} x{r['n_gpus']:,}"
         if not r["fits"]:
-            t.add_row(r["gpu"], str(r["n_gpus"]), "[red]nothing fits[/red]", *["-"] * 6)
+            rows.append((label, "nothing fits", [("days", "-")]))
             continue
-        t.add_row(r["gpu"], f"{r['n_gpus']:,}", r["layout"],
-                  _band(r["tokens_per_s"] / 1e6, r["tokens_per_s_low"] / 1e6, r["tokens_per_s_high"] / 1e6, ".2f"),
-                  _band(r["days"], r["days_low"], r["days_high"], ".1f"), f"{r['goodput']:.1%}",
-                  _band(r["gpu_hours"] / 1e6, r["gpu_hours_low"] / 1e6, r["gpu_hours_high"] / 1e6, ".2f"),
-                  _band(r["cost"] / 1e6, r["cost_low"] / 1e6, r["cost_high"] / 1e6, ".2f") + "M"
-                  if r["cost"] is not None else "-",
-                  _band(r["energy_mwh"], r["energy_mwh_low"], r["energy_mwh_high"], ",.0f")
+        cost = (_band(r["cost"] / 1e6, r["cost_low"] / 1e6, r["cost_high"] / 1e6, ".2f") + "M"
+                if r["cost"] is not None else "-")
+        energy = (_band(r["energy_mwh"], r["energy_mwh_low"], r["energy_mwh_high"], ",.0f")
                   if r["energy_mwh"] is not None else "-")
+        rows.append((label, r["layout"], [
+            ("Mtok/s", _band(r["tokens_per_s"] / 1e6, r["tokens_per_s_low"] / 1e6,
+                             r["tokens_per_s_high"] / 1e6, ".2f")),
+            ("days", _band(r["days"], r["days_low"], r["days_high"], ".1f")),
+            ("goodput", f"{r['goodput']:.1%}"),
+            ("M GPU-h", _band(r["gpu_hours"] / 1e6, r["gpu_hours_low"] / 1e6,
+                              r["gpu_hours_high"] / 1e6, ".2f")),
+            ("cost", cost), ("MWh", energy)]))
+    t = ranked_table(rows, console.width) if rows else Table()
     console.print(t)
     a = out["assumptions"]
     console.print(f"[dim]goodput: per-GPU MTBF {a['mtbf_gpu_hours']:,.0f} h, checkpoint write "
@@ -65,7 +69,9 @@ def print_capacity(out: dict, console: Console) -> None:
 
 
 @app.command("capacity")
+@with_options(job=JobOptions)
 def capacity_command(
+    job: JobOptions,
     model: Annotated[str, typer.Option("--model", help="Preset name, model TOML/JSON, or Hugging Face config.json.")],
     tokens: Annotated[str, typer.Option("--tokens", help="Token budget: 15T, 2.5B, 300M (decimal) or a number.")],
     seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence.")],
@@ -82,8 +88,6 @@ def capacity_command(
     node_overhead: Annotated[float, typer.Option("--node-overhead", help="Host power per watt of GPU power (DGX H100: 10.2 kW max, 8 x 700 W GPUs).")] = NODE_OVERHEAD,
     pue: Annotated[float, typer.Option("--pue", help="Data-centre PUE (Google fleet 2023: 1.10).")] = PUE,
     rank_by: Annotated[str, typer.Option("--rank-by", help="Layout per row: time (fastest) or robust (see plan).")] = "time",
-    attention: Annotated[str, typer.Option("--attention", help="flash, cudnn or eager.")] = "flash",
-    tp_comm_overlap: Annotated[bool, typer.Option("--tp-comm-overlap/--no-tp-comm-overlap", help="TP collectives overlapped with GEMMs.")] = False,
     fmt: Annotated[Fmt, typer.Option("--format", help="table, json or csv.")] = Fmt.table,
     plot: Annotated[Optional[str], typer.Option("--plot", help="Write a PNG of days (with bands) against GPU count per GPU kind.", show_default=False)] = None,
 ) -> None:
@@ -99,7 +103,7 @@ def capacity_command(
                     power_fraction=power_fraction, node_overhead=node_overhead, pue=pue)
     rows = capacity_rows(model, tokens, seq_len, global_batch, kinds, counts, prices=prices,
                          assumptions=a, rank_by=rank_by, gpus_per_node=gpus_per_node,
-                         attention=attention, tp_comm_overlap=tp_comm_overlap)
+                         **job.job())
     from ..presets import load_model
 
     out = capacity_json(rows, model=load_model(model).name, tokens=parse_tokens(tokens),
