@@ -130,7 +130,7 @@ def tune_command(
     try:
         result = tune(config, candidates=candidates, space=sp_space, rules=rules,
                       calibrate=calibrate or profile_out is not None,
-                      log=lambda s: err.print(f"[dim]{s}[/dim]"))
+                      log=lambda s: err.print(f"[dim]{s}[/dim]", soft_wrap=True))
     except KeyboardInterrupt:
         err.print("interrupted: running measurements were stopped; with a database storage their "
                   f"trials are retried by the next worker or rerun after {grace} s")
