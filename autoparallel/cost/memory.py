@@ -117,7 +117,9 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
 
     a_dense = layer_activation_bytes(problem, arch, t, moe=False)
     a_moe = layer_activation_bytes(problem, arch, t, moe=True)
-    activations = st.inflight * (st.n_dense * a_dense + st.n_moe * a_moe)
+    # the stack's measured activation factor over the fused-kernel accounting (StackSpec)
+    activations = problem.stack.activation_factor * st.inflight * (
+        st.n_dense * a_dense + st.n_moe * a_moe)
 
     s, b = tr.seq_len, t["mb"].astype(np.float64)
     tokens = b * s / cp
