@@ -11,7 +11,7 @@ import numpy as np
 
 from .bands import Bands, bands_for
 from .cost.arch import Arch, build_arch
-from .cost.memory import memory_ledger
+from .cost.memory import MEMORY_ITEMS, STAGE_FIGURES, memory_ledger
 from .cost.time import TIME_ITEMS, time_ledger
 from .errors import SpecError
 from .layouts import LayoutTable
@@ -23,9 +23,11 @@ from .units import GiB, TFLOPS
 
 MEMORY_KEYS = (
     "params", "grads", "optimizer", "model_states", "activations", "embedding_logits",
-    "overhead", "total", "capacity", "usable",
+    "overhead", "total", "capacity", "usable", "reserved", "device", "headroom",
 )
-"""Keys of `memory_gib` in the estimate JSON, in order."""
+"""Keys of `memory_gib` in the estimate JSON, in order (`by_stage` follows them)."""
+STAGE_KEYS = MEMORY_ITEMS + STAGE_FIGURES
+"""Keys of each `memory_gib.by_stage` entry besides `stage` and `pp_ranks`."""
 TIME_KEYS = TIME_ITEMS + ("step",)
 """Keys of `time_s` in the estimate JSON, in order."""
 LAYOUT_KEYS = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch",
@@ -51,8 +53,9 @@ class Evaluation:
 
     @property
     def fits(self) -> np.ndarray:
-        """Rows whose most-loaded stage fits in usable memory."""
-        return self.memory["total"] <= self.memory["usable"]
+        """Rows whose most-loaded stage fits in usable memory (`fit_peak <= usable`,
+        `cost.memory.memory_ledger`)."""
+        return self.memory["fit_peak"] <= self.memory["usable"]
 
     @property
     def valid(self) -> np.ndarray:
@@ -97,7 +100,8 @@ class Evaluation:
             "n_gpus": self.problem.cluster.n_gpus,
             "layout": layout,
             "memory_gib": {k: float(self.memory[k][i] / GiB) for k in MEMORY_KEYS}
-            | {"total_high": float(bands.memory_total_high[i] / GiB)},
+            | {"total_high": float(bands.memory_total_high[i] / GiB),
+               "by_stage": self.by_stage(i)},
             "fits": bool(self.fits[i]),
             "time_s": {k: float(self.time[k][i]) for k in TIME_KEYS}
             | {"step_low": float(bands.step_low[i]), "step_high": float(bands.step_high[i])},
@@ -109,6 +113,22 @@ class Evaluation:
             "band": bands.basis(i),
             "model_params": self.arch.param_counts(),
         }
+
+    def by_stage(self, i: int) -> list[dict]:
+        """Memory of every pipeline stage kind of row i (GiB): `first` (rank 0), `middle` (the
+        most loaded of ranks 1..pp-2, rank 1), `last` (rank pp-1); `only` when pp = 1. Each
+        entry holds the ledger items and the three figures (allocated, reserved, device)."""
+        pp = int(self.table["pp"][i])
+        if pp == 1:
+            kinds = [("only", "first", [0])]
+        else:
+            kinds = [("first", "first", [0])]
+            if pp > 2:
+                kinds.append(("middle", "middle", list(range(1, pp - 1))))
+            kinds.append(("last", "last", [pp - 1]))
+        return [{"stage": label, "pp_ranks": ranks}
+                | {k: float(self.memory[f"{key}.{k}"][i] / GiB) for k in STAGE_KEYS}
+                for label, key, ranks in kinds]
 
     def stage_layers(self, i: int) -> list[float]:
         """Transformer layers per pipeline stage of row i, first to last (whole numbers for a
@@ -135,6 +155,8 @@ class Evaluation:
         cols["last_stage_layers"] = t["ll"]
         for k in MEMORY_KEYS:
             cols[f"mem_{k}_gib"] = self.memory[k] / GiB
+        cols["mem_first_stage_gib"] = self.memory["first.allocated"] / GiB
+        cols["mem_last_stage_gib"] = self.memory["last.allocated"] / GiB
         for k in TIME_KEYS:
             cols[f"time_{k}_s"] = self.time[k]
         bands = self.bands()
@@ -155,7 +177,7 @@ def evaluate(problem: Problem, table: LayoutTable, rules=None, arch: Arch | None
     with np.errstate(divide="ignore", invalid="ignore"):
         memory = memory_ledger(problem, arch, table)
         time = time_ledger(problem, arch, table)
-    flags = flags | np.where(memory["total"] > memory["usable"], int(Reject.OOM), 0)
+    flags = flags | np.where(memory["fit_peak"] > memory["usable"], int(Reject.OOM), 0)
     n = problem.cluster.n_gpus
     flops = float(problem.training.global_batch * arch.model_flops_per_sequence(problem.training.seq_len))
     step = time["step"]

@@ -65,6 +65,7 @@ def make_problem(
         "stack": stack.name,
         "grad_dtype": given.grad_dtype or stack.grad_dtype,
         "grad_reduce_dtype": given.grad_reduce_dtype or stack.grad_reduce_dtype,
+        "optimizer_dtype": given.optimizer_dtype or stack.optimizer_dtype,
         "attention": given.attention or stack.attention_for(gpu_spec.generation),
         "tp_comm_overlap": (stack.tp_comm_overlap if given.tp_comm_overlap is None
                             else given.tp_comm_overlap),
@@ -83,6 +84,7 @@ def make_problem(
             usable_fraction=resolved.usable_fraction, attention=resolved.attention,
             tp_comm_overlap=resolved.tp_comm_overlap, precision=resolved.precision,
             stack=stack.name, grad_reduce_dtype=resolved.grad_reduce_dtype,
+            optimizer_dtype=resolved.optimizer_dtype,
         )
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, "training")) from None

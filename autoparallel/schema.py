@@ -3,6 +3,8 @@ models that mirror them). `SCHEMA_VERSION` changes whenever an output schema cha
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, create_model
 
 from .errors import SpecError
@@ -57,6 +59,34 @@ class LayoutOut(_Out):
     """Pipeline schedule: 1f1b, interleaved, zb-h1, zbv, dualpipe or dualpipev."""
 
 
+class StageMemoryOut(_Out):
+    """Memory of one pipeline stage kind, GiB."""
+
+    stage: Literal["only", "first", "middle", "last"]
+    """`first` holds the embedding and the most in-flight micro-batches, `last` the output layer,
+    logits and loss; `middle` is the most loaded of the others; `only` when pp = 1."""
+    pp_ranks: list[int]
+    """Pipeline ranks of this kind."""
+    params: float
+    """bf16 parameters of the stage's layers on one GPU."""
+    grads: float
+    """Gradients of those parameters."""
+    optimizer: float
+    """Optimizer state of those parameters."""
+    activations: float
+    """Activations of the micro-batches the stage holds at its peak."""
+    embedding_logits: float
+    """Token ids / embedding output (first stage), logits and loss inputs (last stage)."""
+    overhead: float
+    """Fixed overhead plus the stage's transients."""
+    allocated: float
+    """Sum of the items (`torch.cuda.max_memory_allocated`)."""
+    reserved: float
+    """allocated plus the allocator reserve (`max_memory_reserved`)."""
+    device: float
+    """reserved plus context, NCCL buffers and workspaces (`nvidia-smi`)."""
+
+
 class MemoryOut(_Out):
     """Per-GPU memory of the most-loaded pipeline stage, GiB (2^30 bytes)."""
 
@@ -80,10 +110,22 @@ class MemoryOut(_Out):
     capacity: float
     """HBM of one GPU."""
     usable: float
-    """capacity x usable_fraction: what a layout may fill to fit."""
+    """What the fit figure may reach: capacity less CUDA context, NCCL buffers and workspaces
+    (default; the figure is `reserved`), or capacity x usable_fraction (explicit fraction; the
+    figure is `total`)."""
+    reserved: float
+    """`torch.cuda.max_memory_reserved`: total plus the caching allocator's fitted fragmentation
+    reserve and block rounding."""
+    device: float
+    """What `nvidia-smi` shows: reserved plus CUDA context, NCCL communicator buffers (one set per
+    parallel group of the rank) and cuBLAS / Transformer Engine workspaces."""
+    headroom: float
+    """usable minus the fit figure; negative when the layout does not fit."""
     total_high: float
     """Upper end of the memory band: total x exp(-p10) of the leave-one-source-out memory
     residuals ln(predicted / measured) (`band.memory_*`)."""
+    by_stage: list[StageMemoryOut]
+    """One entry per pipeline stage kind (first, middle, last; `only` when pp = 1)."""
 
 
 class TimeOut(_Out):

@@ -137,3 +137,72 @@ def test_last_stage_logits_can_dominate():
     assert r["memory_gib"]["embedding_logits"] * GiB >= 4 * 8192 * 128256
     first_stage_acts = 2 * 16 * 2 * 8192 * 4096  # 2 in flight x 16 layers x 2 sbh
     assert r["memory_gib"]["activations"] * GiB < first_stage_acts
+
+
+# --- allocator and device figures (cost.device_memory) -------------------------------------
+
+def _est(layout, n_gpus=8, **job):
+    p = make_problem("llama3-8b", "h100", n_gpus, seq_len=4096, global_batch=64, **job)
+    return estimate(p, layout)["memory_gib"]
+
+
+def test_reserved_and_device_hand_calculation():
+    """reserved = allocated x 1.066 + 2 MiB (fitted fragmentation, 2 MiB segment rounding);
+    device = reserved + 0.5 GiB CUDA context + 2 x 32 MiB cuBLAS/TE workspaces + 128 MiB NCCL
+    (16 channels x 2 x NCCL_BUFFSIZE 4 MiB) per communicator. dp4-tp2 (pp1): DP and TP groups."""
+    m = _est(Layout(tp=2, zero=1, micro_batch=1))
+    assert m["reserved"] == pytest.approx(m["total"] * 1.066 + 2 / 1024, rel=1e-9)
+    assert m["device"] - m["reserved"] == pytest.approx(0.5 + 64 / 1024 + 2 * 128 / 1024, rel=1e-9)
+    # pp2 adds the two P2P neighbours and the embedding group: 3 more communicators
+    m2 = _est(Layout(tp=2, pp=2, zero=1, micro_batch=1))
+    # dp2-tp2-pp2: DP, TP and 3 pipeline communicators
+    assert m2["device"] - m2["reserved"] == pytest.approx(0.5 + 64 / 1024 + 5 * 128 / 1024,
+                                                         rel=1e-9)
+    # the default fit rule: reserved against capacity less what lies outside the allocator
+    assert m2["usable"] == pytest.approx(80 - (0.5 + 64 / 1024 + 5 * 128 / 1024), rel=1e-9)
+    assert m2["headroom"] == pytest.approx(m2["usable"] - m2["reserved"], rel=1e-9)
+
+
+def test_by_stage_first_heavier_last_holds_logits():
+    """1F1B: rank 0 holds pp micro-batches in flight, the last rank one (Narayanan et al. 2021);
+    the last stage alone holds the fp32 logits 4 b s V / t (reference §1.3)."""
+    m = _est(Layout(tp=1, pp=4, zero=1, micro_batch=1))
+    kinds = [e["stage"] for e in m["by_stage"]]
+    assert kinds == ["first", "middle", "last"]
+    first, mid, last = m["by_stage"]
+    assert first["activations"] == pytest.approx(4 * last["activations"], rel=1e-9)
+    assert mid["activations"] == pytest.approx(3 * last["activations"], rel=1e-9)
+    logits = 4 * 4096 * 128256 / GiB  # fp32 logits, tp 1, one micro-batch
+    assert last["embedding_logits"] >= logits and first["embedding_logits"] < 0.01
+    assert m["total"] == pytest.approx(first["allocated"], rel=1e-12)
+    assert [e["pp_ranks"] for e in m["by_stage"]] == [[0], [1, 2], [3]]
+    for e in m["by_stage"]:
+        items = sum(e[k] for k in ("params", "grads", "optimizer", "activations",
+                                   "embedding_logits", "overhead"))
+        assert e["allocated"] == pytest.approx(items, rel=1e-12)
+        assert e["allocated"] < e["reserved"] < e["device"]
+
+
+def test_explicit_usable_fraction_keeps_the_seed_rule():
+    m = _est(Layout(tp=2, zero=1, micro_batch=1), usable_fraction=0.9)
+    assert m["usable"] == pytest.approx(72.0)
+    assert m["headroom"] == pytest.approx(72.0 - m["total"], rel=1e-9)
+
+
+def test_fits_rule_uses_reserved_peak():
+    """Default: reserved peak <= 80 GiB - (0.5 + 1/16 + 2/8) = 79.19 GiB. llama3-8b dp4-tp2,
+    micro-batch 4: allocated 73.2 GiB, reserved 78.0 GiB: fits, where the seed's 90 % rule
+    (allocated <= 72 GiB, kept for an explicit --usable-fraction) rejected it; micro-batch 8
+    (reserved 118.6 GiB) fits under neither."""
+    from autoparallel import evaluate
+
+    layouts = [Layout(tp=2, zero=1, micro_batch=mb, recompute="none").resolved(8)
+               for mb in (1, 2, 4, 8)]
+    table = LayoutTable.from_layouts(layouts, 8)
+    ev = evaluate(make_problem("llama3-8b", "h100", 8, seq_len=4096, global_batch=64), table)
+    assert list(ev.fits) == list(ev.memory["reserved"] <= ev.memory["usable"])
+    assert list(ev.fits) == [True, True, True, False]
+    assert float(ev.memory["total"][2]) / GiB == pytest.approx(73.19, abs=0.01)
+    old = evaluate(make_problem("llama3-8b", "h100", 8, seq_len=4096, global_batch=64,
+                                usable_fraction=0.9), table)
+    assert list(old.fits) == [True, True, False, False]

@@ -138,6 +138,41 @@ def _print_report(console: Console, pred: pd.DataFrame, skipped: pd.DataFrame, t
         console.print(t)
 
 
+def _memory_report(console, path: str | None) -> None:
+    """Measured memory against the figure each run's `mem_definition` names (allocated,
+    reserved, device), per source; OOM reports predicted to fit; runs that ran predicted not to."""
+    from ..data import MEMORY_RUNS
+    from ..validation.memory_check import memory_records, memory_summary
+    from ..validation.report import skip_table
+    from ..validation.runs import read_runs
+
+    path = path or str(MEMORY_RUNS)
+    records, skipped = memory_records(read_runs(path))
+    console.print(f"memory: {len(records) + len(skipped)} rows in {path}: {len(records)} used, "
+                  f"{len(skipped)} skipped", soft_wrap=True)
+    if not len(records):
+        return
+    summ = memory_summary(records)
+    t = Table(title="memory error per source and definition (dense; prediction / measurement - 1)",
+              title_justify="left")
+    for c in ("source", "definition", "rows", "median |err|", "p90 |err|", "bias", "OOM",
+              "OOM pred. fit", "ran", "ran pred. not fit"):
+        t.add_column(c, justify="left" if c in ("source", "definition") else "right")
+    for _, r in summ.iterrows():
+        t.add_row(str(r["source"]), str(r["definition"]), str(r["rows"]), _apct(r["median_abs_err"]),
+                  _apct(r["p90_abs_err"]), _pct(r["bias"]), str(r["oom_reports"]),
+                  str(r["oom_predicted_fit"]), str(r["ran"]), str(r["ran_predicted_not_fit"]))
+    console.print(t)
+    st = skip_table(skipped)
+    if len(st):
+        t = Table(title="memory rows skipped by reason", title_justify="left")
+        t.add_column("reason")
+        t.add_column("rows", justify="right")
+        for _, r in st.iterrows():
+            t.add_row(r["reason"], str(r["rows"]))
+        console.print(t)
+
+
 @app.command("validate")
 def validate_command(
     runs: RunsOpt = None,
@@ -146,6 +181,7 @@ def validate_command(
     plot: Annotated[Optional[str], typer.Option("--plot", help="Write a predicted-vs-measured scatter (PNG).", show_default=False)] = None,
     profile: Annotated[Optional[list[str]], typer.Option("--profile", help="Calibrated profile TOML (repeatable; a file's `gpu` key says which GPU it applies to).", show_default=False)] = None,
     include_fp16: Fp16Opt = False,
+    memory_runs: Annotated[Optional[str], typer.Option("--memory-runs", help="CSV of runs with measured per-GPU memory (columns of the shipped autoparallel/data/memory_runs.csv, the default; 'none' to skip): memory error per source and definition, OOM verdicts.", show_default=False)] = None,
 ) -> None:
     """Predict measured runs and report the error per source and overall."""
     from ..validation.loso import profiles_from_files
@@ -163,6 +199,8 @@ def validate_command(
     if output:
         pred.to_csv(output, index=False)
         console.print(f"per-run report -> {output}")
+    if (memory_runs or "").lower() != "none":
+        _memory_report(console, memory_runs)
     if plot:
         if not len(pred):
             raise SpecError("--plot: no usable runs to plot")

@@ -17,7 +17,8 @@ from ..specs.precision import recipe
 from ..specs.problem import Problem
 from ..units import GiB
 from .arch import Arch
-from .stages import Stage, stages
+from .device_memory import outside_allocator_bytes, reserved_bytes
+from .stages import STAGES, Stage, stages
 
 MEMORY_ITEMS = ("params", "grads", "optimizer", "activations", "embedding_logits", "overhead")
 
@@ -112,11 +113,13 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
         linear = np.maximum(dense + expert - embed_w, 0.0)
         params = params + np.where(zero < 3, 2.0 * rec.element_bytes * linear, 0.0)
     grads = sharded(float(tr.grad_bytes), 2)
-    optimizer = sharded(12.0, 1)
+    optimizer = sharded(float(tr.optimizer_bytes), 1)
 
     a_dense = layer_activation_bytes(problem, arch, t, moe=False)
     a_moe = layer_activation_bytes(problem, arch, t, moe=True)
-    activations = st.inflight * (st.n_dense * a_dense + st.n_moe * a_moe)
+    # the stack's measured activation factor over the fused-kernel accounting (StackSpec)
+    activations = problem.stack.activation_factor * st.inflight * (
+        st.n_dense * a_dense + st.n_moe * a_moe)
 
     s, b = tr.seq_len, t["mb"].astype(np.float64)
     tokens = b * s / cp
@@ -157,20 +160,46 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
     }
 
 
+STAGE_FIGURES = ("allocated", "reserved", "device")
+"""Per-stage figures as users read them: `torch.cuda.max_memory_allocated`,
+`max_memory_reserved`, `nvidia-smi` (`cost.device_memory`)."""
+
+
 def memory_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.ndarray]:
-    """Memory items of the most-loaded stage per row, plus `total`, `capacity`, `usable`, `fits`
-    and `stage` (0 first, 1 middle, 2 last)."""
+    """Memory items of the most-loaded stage per row, plus `total` (= allocated), `reserved`,
+    `device`, `capacity`, `usable`, `fit_peak` (the figure compared with `usable`) and `stage`
+    (0 first, 1 middle, 2 last); and every item and figure of each stage kind under
+    `<stage>.<key>` (`first.params`, `last.device`, ...).
+
+    Fits (`fit_peak <= usable`): by default the reserved peak of the most loaded stage against
+    the capacity less what lies outside the caching allocator (CUDA context, NCCL buffers,
+    workspaces: `cost.device_memory`); with an explicit `usable_fraction`, the allocated peak
+    against capacity x usable_fraction (the seed's rule)."""
     sts = stages(arch, t, problem.training.global_batch)
-    per_stage = [stage_memory(problem, arch, t, sts[name]) for name in ("first", "middle", "last")]
-    totals = np.stack([sum(items.values()) for items in per_stage])
+    outside = outside_allocator_bytes(t)
+    per_stage = [stage_memory(problem, arch, t, sts[name]) for name in STAGES]
+    out: dict[str, np.ndarray] = {}
+    for name, items in zip(STAGES, per_stage):
+        allocated = sum(items.values())
+        items["allocated"] = allocated
+        items["reserved"] = reserved_bytes(allocated)
+        items["device"] = items["reserved"] + outside
+        out |= {f"{name}.{k}": v for k, v in items.items()}
+    totals = np.stack([items["allocated"] for items in per_stage])
     worst = np.argmax(totals, axis=0)
-    out = {
-        key: np.choose(worst, [items[key] for items in per_stage]) for key in MEMORY_ITEMS
-    }
+    for key in MEMORY_ITEMS + ("reserved", "device"):
+        out[key] = np.choose(worst, [items[key] for items in per_stage])
     out["model_states"] = out["params"] + out["grads"] + out["optimizer"]
     out["total"] = np.max(totals, axis=0)
     capacity = problem.cluster.gpu.hbm_gib * GiB
     out["capacity"] = np.full(len(t), capacity)
-    out["usable"] = np.full(len(t), capacity * problem.training.usable_fraction)
+    fraction = problem.training.usable_fraction
+    if fraction is None:
+        out["usable"] = capacity - outside
+        out["fit_peak"] = out["reserved"]
+    else:
+        out["usable"] = np.full(len(t), capacity * fraction)
+        out["fit_peak"] = out["total"]
+    out["headroom"] = out["usable"] - out["fit_peak"]
     out["stage"] = worst
     return out

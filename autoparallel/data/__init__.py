@@ -12,6 +12,7 @@ def data_path(name: str) -> Path:
 
 
 PUBLISHED_RUNS = data_path("published_runs.csv")
+MEMORY_RUNS = data_path("memory_runs.csv")
 """648 published training runs with their measured speed (and some memory)."""
 MEMORY_RUNS = data_path("memory_runs.csv")
 """107 runs with measured per-GPU memory."""

@@ -14,14 +14,17 @@ LAYOUT_COLUMNS = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp",
 RESULT_COLUMNS = (
     ("rank",)
     + tuple(f"mem_{k}_gib" for k in MEMORY_KEYS)
+    + ("mem_first_stage_gib", "mem_last_stage_gib")
     + tuple(f"time_{k}_s" for k in TIME_KEYS)
     + ("mfu", "tokens_per_s_per_gpu", "fits", "note")
 )
 SWEEP_COLUMNS = PROBLEM_COLUMNS + LAYOUT_COLUMNS + RESULT_COLUMNS
 """The frozen column schema of `sweep` CSVs and `plan --format csv` (`SWEEP_SCHEMA_VERSION`)."""
-SWEEP_SCHEMA_VERSION = 2
+SWEEP_SCHEMA_VERSION = 3
 """Version 1: 42 columns. Version 2: + the job settings (stack, precision, grad_dtype, ...)
-after the problem columns."""
+after the problem columns. Version 3: + `optimizer_dtype`; `usable_fraction` empty = the fitted
+allocator margin; + mem_reserved_gib, mem_device_gib, mem_headroom_gib, mem_first_stage_gib,
+mem_last_stage_gib."""
 
 
 def ranked_frame(result) -> pd.DataFrame:

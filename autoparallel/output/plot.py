@@ -43,8 +43,10 @@ def plot_plan(result, path: str | Path, top: int = 8) -> Path:
         ax.set_yticks(y, labels, fontsize=7)
         ax.set_xlabel(unit)
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3)
-    axes[0].axvline(result.problem.cluster.gpu.hbm_gib * result.problem.training.usable_fraction,
-                    color="k", ls="--", lw=1)
+    frac = result.problem.training.usable_fraction
+    usable_line = (result.problem.cluster.gpu.hbm_gib * frac if frac is not None
+                   else float(np.min(ev.memory["usable"], initial=np.inf)) / GiB)
+    axes[0].axvline(usable_line, color="k", ls="--", lw=1)
     axes[0].set_title("memory breakdown (dashed: usable)")
     axes[1].set_title("time breakdown")
     surv = result.survivors

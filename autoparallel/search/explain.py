@@ -51,8 +51,11 @@ def why_first(ev: Evaluation) -> str:
 def nothing_fits_message(result) -> str:
     """'0 of 41,472 layouts fit in 72 GiB; closest dp8-tp8-pp2 needs 91.2 GiB (...); try ...'"""
     p = result.problem
-    usable = p.cluster.gpu.hbm_gib * p.training.usable_fraction
-    head = f"0 of {result.n_layouts:,} layouts fit in {usable:.0f} GiB"
+    if result.nearest is not None and len(result.nearest):
+        usable = float(result.nearest.memory["usable"][0]) / GiB
+    else:
+        usable = p.cluster.gpu.hbm_gib * (p.training.usable_fraction or 1.0)
+    head = f"0 of {result.n_layouts:,} layouts fit in {usable:.1f} GiB"
     blocked = result.reject_counts.get(f"target_{result.target}", 0) if result.target else 0
     if blocked:
         return (f"{head} and can be launched by {result.target}: {blocked:,} layouts fit but "
@@ -76,8 +79,24 @@ def nothing_fits_message(result) -> str:
     hints.append("more GPUs")
     if p.training.seq_len >= 16384 and int(t["cp"][0]) == 1:
         hints.append("context parallelism (--cp)")
-    return (f"{head}; closest {slug(ev, 0)} needs {float(ev.memory['total'][0]) / GiB:.1f} GiB "
-            f"({parts}); try {' or '.join(hints)}")
+    return (f"{head}; closest {slug(ev, 0)} needs {float(ev.memory['fit_peak'][0]) / GiB:.1f} GiB "
+            f"({parts}); {overflow(ev, 0)}; try {' or '.join(hints)}")
+
+
+def overflow(ev, i: int) -> str:
+    """'the first stage overflows by 3.2 GiB (middle 1.1, last fits)': which stage kinds of row i
+    exceed the usable memory and by how much (the figure `fit_peak` compares: reserved by
+    default, allocated with an explicit usable fraction)."""
+    figure = "reserved" if ev.problem.training.usable_fraction is None else "allocated"
+    usable = float(ev.memory["usable"][i])
+    pp = int(ev.table["pp"][i])
+    names = ("first",) if pp == 1 else ("first", "last") if pp == 2 else ("first", "middle", "last")
+    over = {n: (float(ev.memory[f"{n}.{figure}"][i]) - usable) / GiB for n in names}
+    worst = max(over, key=over.get)
+    label = "the GPU" if pp == 1 else f"the {worst} stage"
+    text = f"{label} overflows by {over[worst]:.1f} GiB ({figure} peak)"
+    others = [f"{n} {'+' if v > 0 else ''}{v:.1f}" for n, v in over.items() if n != worst]
+    return text + (f"; other stages: {', '.join(others)} GiB" if others else "")
 
 
 def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -96,7 +115,7 @@ def versus(result, layout) -> str:
     rec = st["estimate"]
     name = layout.resolved(result.problem.cluster.n_gpus).slug
     if not rec["fits"]:
-        return (f"{name} does not fit: {rec['memory_gib']['total']:.1f} GiB of "
+        return (f"{name} does not fit: {rec['memory_gib']['usable'] - rec['memory_gib']['headroom']:.1f} GiB of "
                 f"{rec['memory_gib']['usable']:.1f} usable")
     if not len(result.ranked):
         return f"{name}: {rec['time_s']['step']:.3f} s per step; nothing else fits"

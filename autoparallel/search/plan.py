@@ -176,7 +176,7 @@ def plan(
     valid = table.take(valid_idx)
     with np.errstate(divide="ignore", invalid="ignore"):
         mem = memory_ledger(problem, arch, valid)
-    oom = mem["total"] > mem["usable"]
+    oom = mem["fit_peak"] > mem["usable"]
     flags[valid_idx[oom]] |= int(Reject.OOM)
     fit_table = valid.take(np.flatnonzero(~oom))
     ev = evaluate(problem, fit_table, rules, arch=arch)

@@ -74,7 +74,7 @@ def robustness(ev: Evaluation, comm_share: np.ndarray) -> dict[str, np.ndarray]:
     t = ev.table
     dims = sum((t[k] > 1).astype(int) for k in ("dp", "tp", "pp", "cp", "ep"))
     in_node = t["tp"] * t["ep"] <= ev.problem.cluster.nvlink_domain
-    used = ev.memory["total"] / ev.memory["usable"]
+    used = ev.memory["fit_peak"] / ev.memory["usable"]
     out = {"net_sensitivity": net / step - 1.0, "gemm_sensitivity": gemm / step - 1.0,
            "exposed_comm_share": np.asarray(comm_share, dtype=float), "memory_used": used,
            "parallel_dims": dims, "tp_ep_in_node": in_node}

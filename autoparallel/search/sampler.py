@@ -175,7 +175,7 @@ def _score(rows, problems, arch, rules):
         for j, i in enumerate(idx):
             flags = int(ev.reject[j])
             broken = bin(flags & ~int(Reject.OOM)).count("1")
-            excess = max(0.0, float(ev.memory["total"][j] - ev.memory["usable"][j]) / GiB)
+            excess = max(0.0, float(ev.memory["fit_peak"][j] - ev.memory["usable"][j]) / GiB)
             step = float(ev.time["step"][j])
             if broken or not np.isfinite(step):
                 step = INFEASIBLE_VALUE

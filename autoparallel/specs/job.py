@@ -31,12 +31,14 @@ class JobSpec(Spec):
     """Gradient buffer: bf16 (16 bytes/param) or fp32 (Megatron, 18 bytes/param); default: the stack's."""
     grad_reduce_dtype: Literal["bf16", "fp32"] | None = Field(None, **_cli("--grad-reduce-dtype"))
     """Dtype of the data-parallel gradient reduction on the wire; default: the stack's."""
+    optimizer_dtype: Literal["fp32", "bf16"] | None = Field(None, **_cli("--optimizer-dtype"))
+    """AdamW state: fp32 master weights + moments (12 bytes/param) or bf16 moments updating bf16 weights in place (4 bytes/param, "bf16-true"); default: the stack's."""
     attention: Literal["flash", "cudnn", "eager"] | None = Field(None, **_cli("--attention"))
     """flash (FlashAttention-2 class), cudnn (TE cuDNN / FA3 class) or eager (scores stored); default: the stack's for the GPU."""
     tp_comm_overlap: bool | None = Field(None, **_cli("--tp-comm-overlap/--no-tp-comm-overlap"))
     """TP collectives overlapped with GEMMs (Megatron --tp-comm-overlap, TorchTitan async TP); default: the stack's."""
-    usable_fraction: float = Field(0.9, gt=0, le=1, **_cli("--usable-fraction"))
-    """Share of GPU memory the plan may fill (the rest absorbs allocator fragmentation)."""
+    usable_fraction: float | None = Field(None, gt=0, le=1, **_cli("--usable-fraction"))
+    """Override: share of GPU memory the allocated peak may fill (e.g. 0.9); default: the reserved peak (with the fitted fragmentation reserve) must fit in the capacity less CUDA context, NCCL buffers and workspaces."""
     intra_gbps: PositiveFloat | None = Field(None, **_cli("--intra-gbps"))
     """Override of the scale-up (NVLink) bandwidth per GPU, GB/s one direction."""
     inter_gbps: PositiveFloat | None = Field(None, **_cli("--inter-gbps"))

@@ -45,6 +45,13 @@ class StackSpec(Spec):
     """Gradient buffer dtype by default (`fp32` = 18 bytes/param ledger, `bf16` = 16)."""
     grad_reduce_dtype: Literal["bf16", "fp32"] = "fp32"
     """Dtype in which data-parallel gradients are reduced (bytes on the wire)."""
+    optimizer_dtype: Literal["fp32", "bf16"] = "fp32"
+    """AdamW state dtype by default (`fp32`: master weights + moments, 12 bytes/param; `bf16`:
+    moments only, 4 bytes/param)."""
+    activation_factor: float = Field(1.0, gt=0)
+    """Stored activations relative to the fused-kernel accounting (Korthikanti et al.): 1 for
+    stacks with fused norms, activations and attention; above 1 for eager PyTorch modules that
+    save every intermediate (measured on the stack's runs, `sources`)."""
     precisions: list[PrecisionName] = Field(default_factory=lambda: ["bf16"])
     """Precision recipes the stack implements."""
     schedules: list[str] = Field(default_factory=lambda: ["1f1b"])

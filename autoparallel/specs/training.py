@@ -20,8 +20,10 @@ class TrainingSpec(Spec):
     grad_dtype: Literal["bf16", "fp32"] = "bf16"
     """Gradient storage: `bf16` gives the seed's 16 bytes/parameter (2 param + 2 grad + 12 Adam);
     `fp32` gives Megatron's 18 (main grads kept in fp32; reference §1.2)."""
-    usable_fraction: float = Field(0.9, gt=0, le=1)
-    """Share of HBM the ledger may fill; the rest absorbs allocator fragmentation (seed: 0.9)."""
+    usable_fraction: float | None = Field(None, gt=0, le=1)
+    """Share of HBM the allocated peak may fill (the seed's rule, e.g. 0.9); None: the reserved
+    peak (allocated + the allocator's fitted fragmentation reserve) against the capacity less the
+    CUDA context, NCCL buffers and workspaces (`cost.device_memory`)."""
     attention: Literal["flash", "cudnn", "eager"] = "flash"
     """`flash`: fused FlashAttention-2-class kernel, no s^2 scores stored; `cudnn`: the cuDNN fused
     attention / FlashAttention-3 of Transformer Engine (Megatron-Core, NeMo), same memory as
@@ -31,6 +33,11 @@ class TrainingSpec(Spec):
     """Numeric recipe of the linear layers (`specs.precision`)."""
     stack: str = "megatron-core"
     """Name of the software stack (its settings are on `Problem.stack`)."""
+    optimizer_dtype: Literal["fp32", "bf16"] = "fp32"
+    """AdamW state: `fp32` master weights + two moments, 12 bytes/parameter (ZeRO paper Sec. 3.1);
+    `bf16`: two bf16 moments and no master copy, 4 bytes/parameter (Lightning "bf16-true", where
+    the whole model and optimizer run in bf16: LitGPT's ~8 bytes/parameter with bf16 weights and
+    gradients)."""
     grad_reduce_dtype: Literal["bf16", "fp32"] | None = None
     """Dtype of the data-parallel gradient reduction; None = the gradient buffer's dtype."""
 
@@ -52,9 +59,14 @@ class TrainingSpec(Spec):
         return 2 if dtype == "bf16" else 4
 
     @property
+    def optimizer_bytes(self) -> int:
+        """Optimizer-state bytes per parameter (12 fp32 master + Adam moments, 4 bf16 moments)."""
+        return 12 if self.optimizer_dtype == "fp32" else 4
+
+    @property
     def bytes_per_param(self) -> int:
-        """Model-state bytes per parameter without sharding (16 or 18)."""
-        return 2 + self.grad_bytes + 12
+        """Model-state bytes per parameter without sharding (16 or 18; 8 with bf16 optimizer state)."""
+        return 2 + self.grad_bytes + self.optimizer_bytes
 
     @property
     def tokens_per_step(self) -> int:

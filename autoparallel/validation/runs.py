@@ -117,13 +117,14 @@ def _mem_gib(row) -> float | None:
     return v if "gib" in unit.lower() else v * GB / GiB
 
 
-def case_from_row(row, allow_fp16: bool = False) -> RunCase:
-    """One row -> `RunCase`; raises `RowSkip` with the counted reason."""
+def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCase:
+    """One row -> `RunCase`; raises `RowSkip` with the counted reason. `memory`: a memory check
+    (OOM reports kept, no step time needed: `measured_step_s` is NaN when the row has none)."""
     workload = str(row.get("workload") or "").lower()
     if "lora" in workload:
         raise RowSkip("LoRA fine-tuning (not modelled)")
     status = str(row.get("run_status") or "ok").strip().lower()
-    if status not in ("ok", "", "nan"):
+    if status not in ("ok", "", "nan") and not (memory and status == "oom"):
         raise RowSkip(f"run_status {status}")
     gpu = gpu_preset(str(row.get("gpu") or ""))
     model, assumptions = model_from_row(row)
@@ -141,7 +142,9 @@ def case_from_row(row, allow_fp16: bool = False) -> RunCase:
     lay = _layout(row, n_gpus, gbs, zero, assumptions)
     arch = build_arch(model)
     step, how = measured_step_s(row, arch, n_gpus, seq, gbs)
-    if step is None:
+    if step is None and memory:
+        step, how = float("nan"), "no step time (memory check)"
+    elif step is None:
         raise RowSkip(how)
     try:
         problem = make_problem(model, gpu, n_gpus, seq, gbs, gpus_per_node=gpn, **job)
