@@ -78,9 +78,15 @@ def test_every_item_non_negative_and_sums(model, tp, pp, vp, zero, rc, mb, ep):
         r = estimate(p, lay)
     except ValueError:
         return  # a rule rejected it (e.g. layers % (pp*vp)); covered by rule tests
-    assert all(v >= 0 for v in r["memory_gib"].values())
-    assert all(v >= 0 for v in r["time_s"].values())
     mem, tm = r["memory_gib"], r["time_s"]
+    # every memory figure is non-negative, per stage too; headroom is negative when it does not fit
+    sizes = {k: v for k, v in mem.items() if k not in ("by_stage", "headroom")}
+    assert all(v >= 0 for v in sizes.values())
+    assert all(v >= 0 for st in mem["by_stage"] for k, v in st.items()
+               if isinstance(v, float))
+    assert (mem["headroom"] >= 0) == r["fits"]
+    assert mem["total"] <= mem["reserved"] <= mem["device"]
+    assert all(v >= 0 for v in r["time_s"].values())
     parts = ("params", "grads", "optimizer", "activations", "embedding_logits", "overhead")
     assert np.isclose(sum(mem[k] for k in parts), mem["total"], rtol=1e-12)
     items = [v for k, v in tm.items() if k not in ("step", "step_low", "step_high")]
