@@ -34,7 +34,7 @@ def print_plan(result, console: Console, vs=None) -> None:
             ("mem high", f"{rec['memory_gib']['total_high']:.1f}"),
             ("step s", f"{ts['step']:.3f}"),
             ("band s", f"{ts['step_low']:.3g}-{ts['step_high']:.3g}"),
-            ("tied", "tied" if rec["tied"] else ""),
+            ("tied", "yes" if rec["tied"] else "no"),
             ("robust s", f"{rec['robustness']['score_s']:.3g}"),
             ("MFU", f"{rec['mfu'] * 100:.1f}%"),
             ("tok/s/GPU", f"{rec['tokens_per_s_per_gpu']:,.0f}")]))

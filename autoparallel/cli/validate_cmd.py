@@ -148,21 +148,30 @@ def _memory_report(console, path: str | None) -> None:
 
     path = path or str(MEMORY_RUNS)
     records, skipped = memory_records(read_runs(path))
-    console.print(f"memory: {len(records) + len(skipped)} rows in {path}: {len(records)} used, "
-                  f"{len(skipped)} skipped", soft_wrap=True)
+    console.print(f"memory runs: {path}")
+    console.print(f"memory: {len(records) + len(skipped)} rows: {len(records)} used, "
+                  f"{len(skipped)} skipped")
     if not len(records):
         return
     summ = memory_summary(records)
-    t = Table(title="memory error per source and definition (dense; prediction / measurement - 1)",
-              title_justify="left")
-    for c in ("source", "definition", "rows", "median |err|", "p90 |err|", "bias", "OOM",
-              "OOM pred. fit", "ran", "ran pred. not fit"):
-        t.add_column(c, justify="left" if c in ("source", "definition") else "right")
-    for _, r in summ.iterrows():
-        t.add_row(str(r["source"]), str(r["definition"]), str(r["rows"]), _apct(r["median_abs_err"]),
-                  _apct(r["p90_abs_err"]), _pct(r["bias"]), str(r["oom_reports"]),
-                  str(r["oom_predicted_fit"]), str(r["ran"]), str(r["ran_predicted_not_fit"]))
-    console.print(t)
+    title = "memory error per source and definition (dense; prediction / measurement - 1)"
+    keys = [(str(r["source"]), str(r["definition"])) for _, r in summ.iterrows()]
+    errors = [[*k, str(r["rows"]), _apct(r["median_abs_err"]), _apct(r["p90_abs_err"]),
+               _pct(r["bias"])] for k, (_, r) in zip(keys, summ.iterrows())]
+    verdicts = [[*k, str(r["oom_reports"]), str(r["oom_predicted_fit"]), str(r["ran"]),
+                 str(r["ran_predicted_not_fit"])] for k, (_, r) in zip(keys, summ.iterrows())]
+    head = ["source", "definition"]
+    err_cols = ["rows", "median |err|", "p90 |err|", "bias"]
+    oom_cols = ["OOM", "OOM pred. fit", "ran", "ran pred. not fit"]
+    both, fits = fitted_table(head + err_cols + oom_cols,
+                              [e + v[2:] for e, v in zip(errors, verdicts)], console.width,
+                              left=2, title=title)
+    if fits:
+        console.print(both)
+    else:  # two narrower tables, nothing cut
+        console.print(fitted_table(head + err_cols, errors, console.width, left=2, title=title)[0])
+        console.print(fitted_table(head + oom_cols, verdicts, console.width, left=2,
+                                   title="memory verdicts: OOM reports and runs that ran")[0])
     st = skip_table(skipped)
     if len(st):
         t = Table(title="memory rows skipped by reason", title_justify="left")
@@ -192,8 +201,8 @@ def validate_command(
     profiles = profiles_from_files(profile or [])
     console = _console()
     only = f" (stack {cases[0].stack})" if stack and cases else ""
-    console.print(f"{len(frame)} rows in {runs}: {len(cases)} used{only}, {len(skipped)} skipped",
-                  soft_wrap=True)
+    console.print(f"runs: {runs}")
+    console.print(f"{len(frame)} rows: {len(cases)} used{only}, {len(skipped)} skipped")
     pred = predict(cases, profiles)
     _print_report(console, pred, skipped, "step-time error per source (prediction / measurement - 1)")
     if output:
