@@ -241,7 +241,8 @@ def _layout_error(problem: Problem, lay: Layout, flags: int) -> str:
         lines.append(
             f"schedule `{lay.pipeline_schedule.value}` with pp = {lay.pp}, vp = {lay.vp} and {mb} "
             "micro-batches: 1f1b/zb-h1/dualpipe run vp = 1, interleaved vp > 1, zbv/dualpipev "
-            "vp = 2, all but 1f1b need pp > 1; dualpipe needs an even pp and dualpipe(v) at "
+            "vp = 2, all but 1f1b need pp > 1; dualpipe needs an even pp and micro-batch count "
+            "and dualpipe(v) at "
             "least 2 x pp micro-batches"
         )
     if flags & Reject.EXPERTS:

@@ -162,12 +162,17 @@ def pipeline_bubble(t: LayoutTable, tau, fwd, wgrad) -> np.ndarray:
 
     - 1F1B and interleaved: (p - 1)/v * tau (Narayanan et al. 2021);
     - ZB-H1: (p - 1)(F + B - 2W) (Qi et al. 2023 §3.1; DeepSeek-V3 report Table 2 "ZB1P");
-    - ZB-V: (p - 1)/2 * max(0, F + B - 3W) [derived: two chunks of half the stage; zero when
-      F = B_input = W, the sail-sg README's zero-bubble point];
+    - ZB-V: (p - 1)/2 * max(F, F + B - 3W) [derived: two chunks of half the stage each; the rank
+      at the V's bottom cannot start before p - 1 chunk forwards, (p - 1) F/2, so the schedule is
+      not bubble-free even at the sail-sg README's F = B_input = W point; a discrete-event
+      simulation in tests/test_pipeline.py reaches that bound and never beats it];
     - DualPipe: (p/2 - 1)(F&B + B - 3W) with F&B = F + B (the overlap hides communication, not
       compute) (DeepSeek-V3 report Table 2);
     - DualPipeV: DualPipe over 2p half-stage chunks on p ranks, (p - 1)/2 * (F&B + B - 3W)
-      [derived from the same table].
+      (deepseek-ai/DualPipe README table: (PP/2 - 1)(F&B + B - 3W) on PP/2 devices, PP = 2p chunk
+      times of half the rank's). Replaying the repository's DualPipe(V) step order in a
+      discrete-event simulation (tests/test_pipeline.py) idles at most this, exactly this when
+      F = B.
     """
     pp, vp, sch = t["pp"].astype(np.float64), t["vp"].astype(np.float64), t["sch"]
     classic = (pp - 1.0) / vp * tau
@@ -175,7 +180,7 @@ def pipeline_bubble(t: LayoutTable, tau, fwd, wgrad) -> np.ndarray:
         return classic
     bwd = tau - fwd
     zb_h1 = (pp - 1.0) * np.maximum(0.0, tau - 2.0 * wgrad)
-    zbv = (pp - 1.0) / 2.0 * np.maximum(0.0, tau - 3.0 * wgrad)
+    zbv = (pp - 1.0) / 2.0 * np.maximum(fwd, tau - 3.0 * wgrad)
     dual_unit = np.maximum(0.0, tau + bwd - 3.0 * wgrad)
     dualpipe = np.maximum(pp / 2.0 - 1.0, 0.0) * dual_unit
     dualpipev = (pp - 1.0) / 2.0 * dual_unit
