@@ -90,6 +90,8 @@ class Evaluation:
             "grad_accum": m,
             "stage_layers": self.stage_layers(i),
             "schedule": SCHEDULE_NAMES[int(t["sch"][i])].value,
+            "recompute_layers": (int(t["rn"][i]) if t["rn"][i] >= 0 and t["rc"][i] == 2
+                                 else None),
         }
         return {
             "model": self.problem.model.name,

@@ -10,7 +10,7 @@ from .specs import GPUSpec, Layout, ModelSpec, Profile
 from .specs.job import JobSpec
 from .specs.stack import StackSpec
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 """Version of the output schemas (`estimate`, `plan`, `capacity`). Version 2: field descriptions
 with units and a typed `problem` object in the plan output. Version 3: the job settings
 (`JobSpec`: stack, precision, dtypes, overlaps, overrides) in the estimate's `job` object and
@@ -18,7 +18,8 @@ the plan's `problem`, `profile_basis`; error bands (`time_s.step_low`, `time_s.s
 `memory_gib.total_high`, `band`), `tied` and `robustness` per ranked layout, `rank_by` and
 `n_tied` in the plan, the capacity output, and `layout.stage_layers` / `layout.schedule`
 (uneven pipeline splits and pipeline schedules), and `model_params` (total and active
-parameter counts). `tests/golden/schema/v<N>.json` freezes each
+parameter counts). Version 4: `layout.recompute_layers` (partial full recompute).
+`tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 
 
@@ -55,6 +56,9 @@ class LayoutOut(_Out):
     """Transformer layers per pipeline stage, first to last (one value when pp = 1)."""
     schedule: str
     """Pipeline schedule: 1f1b, interleaved, zb-h1, zbv, dualpipe or dualpipev."""
+    recompute_layers: int | None
+    """With full recompute: layers fully recomputed per model chunk, the first ones (Megatron
+    `--recompute-method block --recompute-num-layers`); null = every layer."""
 
 
 class MemoryOut(_Out):

@@ -24,6 +24,7 @@ FROZEN = {
     "1": "76a95d8b0c0a9458a79587eda8a8fe2655143dac53fd7a9ac2827393ee79f33c",
     "2": "a71a9639704ee361f283e516af771cd79d128da8061e4510774b30febc5115c4",
     "3": "fdded8224d4c83c12dcc0bc4c9052571027961530b8c0d09d484d361b959705e",
+    "4": "2c9045734df06b08be7df19233a2b1a7a08b344a5988a89a18f96b1ed73025da",
 }
 """sha256 of each released golden (canonical JSON: sorted keys, no spaces)."""
 OUTPUTS = ("estimate", "plan", "capacity")

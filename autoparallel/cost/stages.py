@@ -42,6 +42,24 @@ class Stage:
     copies: np.ndarray | float = 1.0
     """Parameter copies the stage's rank holds: 2 with DualPipe (stages i and p-1-i on one rank,
     DeepSeek-V3 report Table 2), else 1."""
+    recomputed: np.ndarray | float = 0.0
+    """Share of the stage's layers fully recomputed (`recomputed_share`)."""
+
+
+def recomputed_share(t: LayoutTable, layers) -> np.ndarray:
+    """Share of a stage's `layers` fully recomputed: 1 with full recompute of every layer, 0
+    without full recompute, and min(N, chunk layers) / chunk layers with full recompute of the
+    first N layers of each model chunk (Megatron `--recompute-method block
+    --recompute-num-layers N`, transformer_block.py `_checkpointed_forward`: layers
+    [0, N) of each chunk are checkpointed, the rest keep their activations). Dense and MoE
+    layers are taken in proportion."""
+    full = (t["rc"] == 2).astype(np.float64)
+    rn = t["rn"]
+    if not np.any(rn >= 0):
+        return full
+    chunk = np.maximum(np.asarray(layers, dtype=np.float64) / t["vp"], 1e-9)
+    part = np.clip(rn / chunk, 0.0, 1.0)
+    return full * np.where(rn < 0, 1.0, part)
 
 
 def micro_batches(global_batch: int, t: LayoutTable) -> np.ndarray:
@@ -107,9 +125,11 @@ def stages(arch: Arch, t: LayoutTable, global_batch: int) -> dict[str, Stage]:
     copies = np.where(sch == 4, 2.0, 1.0) if np.any(sch == 4) else 1.0
     return {
         "first": Stage("first", dense_first, first - dense_first, one,
-                       np.where(single, one, zero), held_first, held_first, copies),
+                       np.where(single, one, zero), held_first, held_first, copies,
+                       recomputed_share(t, first)),
         "middle": Stage("middle", dense_mid, mid - dense_mid, np.where(single, one, zero),
-                        np.where(single, one, zero), held_mid, np.where(single, one, zero), copies),
+                        np.where(single, one, zero), held_mid, np.where(single, one, zero), copies,
+                        recomputed_share(t, mid)),
         "last": Stage("last", dense_last, last - dense_last, np.where(single, one, zero), one,
-                      held_last, np.where(single, one, zero), copies),
+                      held_last, np.where(single, one, zero), copies, recomputed_share(t, last)),
     }

@@ -95,30 +95,30 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
     tp_fwd = _tp_comm_layer(problem, t, groups["tp"], arch)
     overlapped = problem.training.tp_comm_overlap
 
-    def tp_layer(gemm_f):
-        """TP seconds per layer and micro-batch: forward, backward, recomputed forward. Exposed
-        in full, or, with TP overlap, hidden behind the layer's GEMMs (forward 1x, backward 2x)."""
+    def tp_layer(gemm_f, full):
+        """TP seconds per layer and micro-batch: forward, backward, recomputed forward (`full`:
+        share of layers fully recomputed). Exposed in full, or, with TP overlap, hidden behind
+        the layer's GEMMs (forward 1x, backward 2x)."""
         if not overlapped:
-            return tp_fwd * (2.0 + (rc == 2))
+            return tp_fwd * (2.0 + full)
         f = _hidden_cost(prof, tp_fwd, gemm_f)
-        return f * (1.0 + (rc == 2)) + _hidden_cost(prof, tp_fwd, 2.0 * gemm_f)
+        return f * (1.0 + full) + _hidden_cost(prof, tp_fwd, 2.0 * gemm_f)
 
-    def cp_layer(attn_f):
+    def cp_layer(attn_f, full):
         step = collective_time(problem, Collective.P2P, T * arch.act_attn_kv / kv_div, groups["cp"])
         # ring attention hides each KV hop behind one block of attention (reference §5.6)
         f = (cp - 1) * _hidden_cost(prof, step, attn_f / cp)
         b = (cp - 1) * _hidden_cost(prof, 2.0 * step, ATTN_BWD * attn_f / cp)
-        return np.where(cp > 1, f * (1.0 + (rc == 2)) + b, 0.0)
+        return np.where(cp > 1, f * (1.0 + full) + b, 0.0)
 
     a2a = collective_time(
         problem, Collective.ALL_TO_ALL, 2.0 * arch.top_k * T / tp * arch.hidden, groups["ep"])
-    ep_layer = a2a * (4.0 + 2.0 * (rc == 2)) * _exposed_share(prof, prof.ep_overlap)
+    ep_share = _exposed_share(prof, prof.ep_overlap)
     sch = t["sch"]
     if np.any(sch >= 4):
         # DualPipe(V) overlaps one micro-batch's all-to-all with another's compute (DeepSeek-V3
         # report §3.2.1): the all-to-all is hidden, at the SMs it takes (`overlap_sm_fraction`)
-        ep_layer = np.where(sch >= 4, a2a * (4.0 + 2.0 * (rc == 2)) * prof.overlap_sm_fraction,
-                            ep_layer)
+        ep_share = np.where(sch >= 4, prof.overlap_sm_fraction, ep_share)
 
     # output layer + vocab-parallel cross-entropy on the last stage
     V = arch.vocab
@@ -136,9 +136,9 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
             parts[kind] = dict(
                 fwd=n * fwd,
                 bwd=n * (2.0 * gemm + ATTN_BWD * attn + 2.0 * elem),
-                rec=n * np.where(rc == 2, fwd, np.where(rc == 1, attn, 0.0)),
-                cp=n * cp_layer(attn),
-                tp=n * tp_layer(gemm),
+                rec=n * np.where(rc == 2, st.recomputed * fwd, np.where(rc == 1, attn, 0.0)),
+                cp=n * cp_layer(attn, st.recomputed),
+                tp=n * tp_layer(gemm, st.recomputed),
                 # weight-gradient GEMMs: half the GEMM backward (one of its two GEMMs, = forward)
                 wgrad=n * gemm,
             )
@@ -148,7 +148,7 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
             rec=parts["dense"]["rec"] + parts["moe"]["rec"],
             tp=parts["dense"]["tp"] + parts["moe"]["tp"],
             cp=parts["dense"]["cp"] + parts["moe"]["cp"],
-            ep=st.n_moe * ep_layer,
+            ep=st.n_moe * (a2a * (4.0 + 2.0 * st.recomputed) * ep_share),
             wgrad=parts["dense"]["wgrad"] + parts["moe"]["wgrad"] + st.output * logits_gemm,
             stage=st,
         )
