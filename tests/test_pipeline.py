@@ -316,7 +316,8 @@ def _dualpipe_orders(p, m, v):
             half, n_half, per_dir, apart = r, p, m, r == p - 1
             chunk = {0: (0, r), 1: (0, 2 * p - 1 - r)}
         else:
-            half, n_half, per_dir, apart = min(r, p - 1 - r), p // 2, m // 2, r in (p // 2 - 1, p // 2)
+            half, n_half, per_dir = min(r, p - 1 - r), p // 2, m // 2
+            apart = r in (p // 2 - 1, p // 2)
             d = int(r >= p // 2)  # phase 0 runs the forward direction on the first half
             chunk = {0: (d, r if d == 0 else p - 1 - r), 1: (1 - d, r if d == 1 else p - 1 - r)}
         nf, nb, pending, ops = {0: 0, 1: 0}, {0: 0, 1: 0}, [], []
@@ -378,7 +379,8 @@ def test_zb_h1_in_qi_order_idles_exactly_the_closed_form(p, m):
         held = [_held(np.array([float(p)]), np.array([1.0]), np.array([float(m)]), s,
                       np.array([2]))[0] for s in range(p)]
         assert _peak(orders, start, done, lambda k: ("W", *k[1:])) == held
-        assert _peak(orders, start, done, lambda k: ("B", *k[1:])) == [min(m, p - s) for s in range(p)]
+        until_b = _peak(orders, start, done, lambda k: ("B", *k[1:]))
+        assert until_b == [min(m, p - s) for s in range(p)]
 
 
 @pytest.mark.parametrize("v,p,m", [(False, 2, 4), (False, 4, 8), (False, 4, 18), (False, 6, 12),
@@ -391,7 +393,8 @@ def test_dualpipe_and_dualpipev_in_the_repository_order(v, p, m):
     chunks = 2 if v else 1  # rank-level passes are `chunks` chunk passes
     for f, b, w in TIMES:
         orders = _dualpipe_orders(p, m, v)
-        start, done, busy, span = _replay(orders, _chain_deps(n), {"F": f, "B": b, "W": w, "Wf": w})
+        dur = {"F": f, "B": b, "W": w, "Wf": w}
+        start, done, busy, span = _replay(orders, _chain_deps(n), dur)
         assert busy == [pytest.approx(m * chunks * (f + b + w))] * p
         t = _one_row(pp=p, vp=chunks, sch=5 if v else 4)
         bound = pipeline_bubble(t, np.array([chunks * (f + b + w)]), np.array([chunks * f]),
@@ -402,8 +405,8 @@ def test_dualpipe_and_dualpipev_in_the_repository_order(v, p, m):
             assert idle == pytest.approx(bound, abs=1e-9), (f, b, w)
         else:
             assert 0.0 <= idle <= bound + 1e-9, (f, b, w)
-        release = lambda k: ("Wf", *k[1:]) if ("Wf", *k[1:]) in done else ("W", *k[1:])  # noqa: E731
-        peak = _peak(orders, start, done, release)
+        peak = _peak(orders, start, done,
+                     lambda k: ("Wf", *k[1:]) if ("Wf", *k[1:]) in done else ("W", *k[1:]))
         assert peak == [n + 1] * p
         held = _held(np.array([float(p)]), np.array([float(chunks)]), np.array([float(m)]), 0,
                      np.array([5 if v else 4]))[0]
@@ -460,11 +463,12 @@ def test_zbv_closed_form_bounds_a_v_schedule_from_below(p, m):
     for f, b, w in TIMES:
         idle, peak = _greedy_v(p, m, f, b, w)
         t = _one_row(pp=p, vp=2, sch=3)
-        form = pipeline_bubble(t, np.array([2 * (f + b + w)]), np.array([2 * f]), np.array([2 * w]))[0]
+        form = pipeline_bubble(t, np.array([2 * (f + b + w)]), np.array([2 * f]),
+                               np.array([2 * w]))[0]
         assert form >= (p - 1) * f - 1e-12
         assert form <= idle + 1e-6, (f, b, w)
-        assert max(peak) / 2 <= _held(np.array([float(p)]), np.array([2.0]), np.array([float(m)]), 0,
-                                      np.array([3]))[0]
+        held = _held(np.array([float(p)]), np.array([2.0]), np.array([float(m)]), 0, np.array([3]))
+        assert max(peak) / 2 <= held[0]
     if m == 4 * p:
         idle, _ = _greedy_v(p, m, 1.0, 1.0, 1.0)
         assert idle == pytest.approx((p - 1) * 1.0, abs=1e-6)

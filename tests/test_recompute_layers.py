@@ -76,9 +76,9 @@ def test_uneven_split_recomputes_a_share_of_each_stage_of_its_own():
     # and 7 of the 8 of each middle one, which keeps one layer's activations whole
     p = make_problem("llama3-405b", "h100", 2048, 8192, 1024)
     sl = [7] + [8] * 14 + [7]
-    t = LayoutTable.from_layouts([Layout(tp=8, pp=16, stage_layers=sl, recompute=r, recompute_layers=n)
-                                  for r, n in (("full", None), ("none", None), ("full", 7))],
-                                 p.cluster.n_gpus, p.model.n_layers)
+    lays = [Layout(tp=8, pp=16, stage_layers=sl, recompute=r, recompute_layers=n)
+            for r, n in (("full", None), ("none", None), ("full", 7))]
+    t = LayoutTable.from_layouts(lays, p.cluster.n_gpus, p.model.n_layers)
     arch = build_arch(p.model)
     act = {name: stage_memory(p, arch, t, st)["activations"]
            for name, st in stages(arch, t, p.training.global_batch).items()}

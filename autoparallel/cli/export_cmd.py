@@ -112,8 +112,9 @@ def export_command(
              "recompute": recompute, "sp": sp, "micro_batch": micro_batch,
              "stage_layers": stage_layers, "schedule": schedule,
              "recompute_layers": recompute_num_layers}
-    layout_flags = [f"--{k.replace('_', '-')}" if k != "recompute_layers" else "--recompute-num-layers"
-                    for k, v in flags.items() if v is not None]
+    cli_name = {"recompute_layers": "recompute_num_layers"}
+    layout_flags = [f"--{cli_name.get(k, k).replace('_', '-')}" for k, v in flags.items()
+                    if v is not None]
     if from_csv is not None:
         problem_flags = problem.given() + (["--rank"] if rank is not None else [])
         if problem_flags or layout_flags:

@@ -220,7 +220,8 @@ def whole_recompute(problem: Problem, layout: Layout) -> Layout:
     n = layout.recompute_layers
     if n is None:
         return layout
-    per_stage = max(layout.stage_layers) if layout.stage_layers else -(-problem.model.n_layers // layout.pp)
+    L = problem.model.n_layers
+    per_stage = max(layout.stage_layers) if layout.stage_layers else -(-L // layout.pp)
     if n == 0:
         return layout.model_copy(update={"recompute": Recompute.NONE, "recompute_layers": None})
     if n >= -(-per_stage // layout.vp):
