@@ -93,6 +93,8 @@ class Evaluation:
             "grad_accum": m,
             "stage_layers": self.stage_layers(i),
             "schedule": SCHEDULE_NAMES[int(t["sch"][i])].value,
+            "recompute_layers": (int(t["rn"][i]) if t["rn"][i] >= 0 and t["rc"][i] == 2
+                                 else None),
         }
         return {
             "model": self.problem.model.name,
@@ -263,7 +265,8 @@ def _layout_error(problem: Problem, lay: Layout, flags: int) -> str:
         lines.append(
             f"schedule `{lay.pipeline_schedule.value}` with pp = {lay.pp}, vp = {lay.vp} and {mb} "
             "micro-batches: 1f1b/zb-h1/dualpipe run vp = 1, interleaved vp > 1, zbv/dualpipev "
-            "vp = 2, all but 1f1b need pp > 1; dualpipe needs an even pp and dualpipe(v) at "
+            "vp = 2, all but 1f1b need pp > 1; dualpipe needs an even pp and micro-batch count "
+            "and dualpipe(v) at "
             "least 2 x pp micro-batches"
         )
     if flags & Reject.EXPERTS:

@@ -12,12 +12,17 @@ from .specs.layout import (
     default_schedule,
 )
 
-COLUMNS = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "rc", "sp", "mb", "lf", "ll", "sch")
+COLUMNS = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "rc", "sp", "mb", "lf", "ll", "sch", "rn")
 """Column names; `rc` is the recompute code (0 none, 1 selective, 2 full), `sp` 0/1, `mb` the
 micro-batch size, `lf`/`ll` the transformer layers on the first/last pipeline stage (0 = the even
-split; the middle stages share the rest equally), `sch` the schedule code (`SCHEDULE_CODES`)."""
-OPTIONAL_COLUMNS = ("lf", "ll", "sch")
-"""Columns `from_arrays` fills when omitted: even split, default schedule for the row's vp."""
+split; the middle stages share the rest equally), `sch` the schedule code (`SCHEDULE_CODES`),
+`rn` the layers per model chunk that full recompute (rc = 2) recomputes, first ones first
+(-1 = all of them; Megatron `--recompute-method block --recompute-num-layers`)."""
+OPTIONAL_COLUMNS = ("lf", "ll", "sch", "rn")
+"""Columns `from_arrays` fills when omitted: even split, default schedule for the row's vp,
+every layer recomputed."""
+ALL_LAYERS = -1
+"""`rn` value: full recompute of every layer (`Layout.recompute_layers` None)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,7 @@ class LayoutTable:
             zero=c["zero"], recompute=RECOMPUTE_NAMES[c["rc"]], sp=bool(c["sp"]),
             micro_batch=c["mb"], stage_layers=split,
             schedule=None if sch == default_schedule(c["vp"]) else sch,
+            recompute_layers=None if c["rn"] < 0 or c["rc"] != 2 else c["rn"],
         )
 
 
@@ -77,16 +83,18 @@ class LayoutTable:
             "lf": [r.stage_layers[0] if r.stage_layers else 0 for r in rows],
             "ll": [r.stage_layers[-1] if r.stage_layers else 0 for r in rows],
             "sch": [SCHEDULE_CODES[r.pipeline_schedule] for r in rows],
+            "rn": [ALL_LAYERS if r.recompute_layers is None else r.recompute_layers for r in rows],
         }
         return cls({k: np.asarray(v, dtype=np.int64) for k, v in data.items()}, n_layers)
 
     @classmethod
     def from_arrays(cls, n_layers: int = 0, **arrays) -> LayoutTable:
         """Build from keyword arrays (broadcast to a common length); `lf`, `ll` default to 0
-        (even split) and `sch` to the default schedule of each row's vp."""
+        (even split), `sch` to the default schedule of each row's vp, `rn` to all layers."""
         arrays = dict(arrays)
         arrays.setdefault("lf", 0)
         arrays.setdefault("ll", 0)
+        arrays.setdefault("rn", ALL_LAYERS)
         if "sch" not in arrays:
             arrays["sch"] = np.where(np.asarray(arrays["vp"]) > 1, 1, 0)
         b = np.broadcast_arrays(*(np.asarray(arrays[k], dtype=np.int64) for k in COLUMNS))

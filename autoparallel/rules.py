@@ -88,15 +88,17 @@ def _interleave(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
 
 def _schedule(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
     """Schedule and chunks agree (1F1B, ZB-H1, DualPipe: vp = 1; interleaved: vp > 1; ZB-V,
-    DualPipeV: vp = 2; all but 1F1B need pp > 1); DualPipe needs an even pp and DualPipe(V) at
-    least 2 pp micro-batches (deepseek-ai/DualPipe `step` asserts)."""
+    DualPipeV: vp = 2; all but 1F1B need pp > 1); DualPipe needs an even pp and an even number
+    of micro-batches (half run each way) and DualPipe(V) at least 2 pp micro-batches
+    (deepseek-ai/DualPipe dualpipe.py and dualpipev.py `step` asserts: `num_ranks % 2 == 0`,
+    `num_chunks % 2 == 0` (DualPipe) and `num_chunks >= num_ranks * 2`)."""
     sch, vp, pp = t["sch"], t["vp"], t["pp"]
     m = p.training.global_batch // np.maximum(t["dp"] * t["mb"], 1)
     need_vp = np.choose(np.clip(sch, 0, 5), [1, 0, 1, 2, 1, 2])  # 0: any vp > 1
     vp_bad = np.where(need_vp == 0, vp == 1, vp != need_vp)
     dual_bad = (sch >= 4) & (m < 2 * pp)
     return (sch < 0) | (sch > 5) | vp_bad | ((sch > 0) & (pp == 1)) | dual_bad | (
-        (sch == 4) & (pp % 2 != 0))
+        (sch == 4) & ((pp % 2 != 0) | (m % 2 != 0)))
 
 
 def _experts(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
@@ -132,8 +134,8 @@ RULES: tuple[Rule, ...] = (
          _interleave),
     Rule("schedule", Reject.SCHEDULE,
          "the schedule fixes the chunks per rank (1f1b/zb-h1/dualpipe vp = 1, interleaved vp > 1, "
-         "zbv/dualpipev vp = 2) and needs pp > 1; dualpipe needs an even pp, dualpipe(v) at least "
-         "2 x pp micro-batches", _schedule),
+         "zbv/dualpipev vp = 2) and needs pp > 1; dualpipe needs an even pp and micro-batch "
+         "count, dualpipe(v) at least 2 x pp micro-batches", _schedule),
     Rule("experts", Reject.EXPERTS,
          "ep must divide the experts and dp x cp (ep = 1 for dense models)", _experts),
     Rule("tp_in_node", Reject.TP_NODE,

@@ -20,7 +20,9 @@ the plan's `problem`, `profile_basis`; error bands (`time_s.step_low`, `time_s.s
 `memory_gib.total_high`, `band`), `tied` and `robustness` per ranked layout, `rank_by` and
 `n_tied` in the plan, the capacity output, and `layout.stage_layers` / `layout.schedule`
 (uneven pipeline splits and pipeline schedules), and `model_params` (total and active
-parameter counts). `tests/golden/schema/v<N>.json` freezes each
+parameter counts), memory as the allocator and nvidia-smi see it (`memory_gib.reserved`,
+`device`, `headroom`, `by_stage`) and `layout.recompute_layers` (partial full recompute).
+`tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 
 
@@ -57,6 +59,9 @@ class LayoutOut(_Out):
     """Transformer layers per pipeline stage, first to last (one value when pp = 1)."""
     schedule: str
     """Pipeline schedule: 1f1b, interleaved, zb-h1, zbv, dualpipe or dualpipev."""
+    recompute_layers: int | None
+    """With full recompute: layers fully recomputed per model chunk, the first ones (Megatron
+    `--recompute-method block --recompute-num-layers`); null = every layer."""
 
 
 class StageMemoryOut(_Out):

@@ -130,7 +130,7 @@ def test_schedule_bubbles_against_the_papers(p):
         (0, 1): (p - 1) * (F + B),  # 1F1B
         (1, 2): (p - 1) * (F + B) / 2,  # interleaved, v = 2
         (2, 1): (p - 1) * (F + B - 2 * W),  # ZB-H1 (ZB1P row of the table)
-        (3, 2): (p - 1) / 2 * max(0.0, F + B - 3 * W),  # ZB-V: 0 at F = B_input = W
+        (3, 2): (p - 1) / 2 * max(F, F + B - 3 * W),  # ZB-V: the V's warm-up, (p-1) F/2
         (4, 1): (p / 2 - 1) * ((F + B) + B - 3 * W),  # DualPipe, F&B = F + B
         (5, 2): (p - 1) / 2 * ((F + B) + B - 3 * W),  # DualPipeV
     }
@@ -138,18 +138,20 @@ def test_schedule_bubbles_against_the_papers(p):
         t = _one_row(pp=p, vp=vp, sch=sch)
         got = pipeline_bubble(t, np.array([tau]), np.array([F]), np.array([W]))[0]
         assert got == pytest.approx(want, rel=1e-12), (sch, vp)
-    # ZB-V is zero-bubble at the papers' equal-time point; ZB-H1 a third of 1F1B there
+    # at the papers' equal-time point (F = B_input = W = 1) ZB-V keeps only the V's warm-up,
+    # p - 1 chunk forwards of F/2, a third of interleaved v = 2's (p-1)/2 (F + B)
     t = _one_row(pp=p, vp=2, sch=3)
-    assert pipeline_bubble(t, np.array([3.0]), np.array([1.0]), np.array([1.0]))[0] == 0.0
+    assert pipeline_bubble(t, np.array([3.0]), np.array([1.0]), np.array([1.0]))[0] == (p - 1) / 2
 
 
 @pytest.mark.parametrize("p,m", [(2, 8), (4, 8), (8, 32), (4, 3)])
 def test_schedule_in_flight_counts_against_the_references(p, m):
-    # reference §3.3: 1F1B min(m, p - r); ZB-H1 as 1F1B; ZB-V p; DualPipe(V) p + 1
+    # reference §3.3: 1F1B min(m, p - r); ZB-H1 p (r W passes pending, Qi et al. 2023 Fig. 3);
+    # ZB-V p; DualPipe p + 1 (DeepSeek-V3 Table 2); DualPipeV 2p + 1 half-stage chunks
     pp, m_ = np.array([float(p)]), np.array([float(m)])
     for r in range(p):
-        for sch, vp, want in ((0, 1, min(m, p - r)), (2, 1, min(m, p - r)), (3, 2, min(m, p)),
-                              (4, 1, min(m, p + 1)), (5, 2, min(m, p + 1))):
+        for sch, vp, want in ((0, 1, min(m, p - r)), (2, 1, min(m, p)), (3, 2, min(m, p)),
+                              (4, 1, min(m, p + 1)), (5, 2, min(m, p + 0.5))):
             got = _held(pp, np.array([float(vp)]), m_, r, np.array([sch]))[0]
             assert got == want, (sch, r)
 
@@ -222,6 +224,254 @@ def test_split_backward_simulation_brackets_the_zb_h1_bubble(p, m):
     one = (p - 1) * (F + Bin + W)
     assert zb == (p - 1) * (F + Bin - W)
     assert zb <= idle[0] + 1e-9 and idle[0] < one
+
+
+# ---------------------------------------------------------------- schedules: fixed-order replay
+
+def _replay(orders, deps, dur):
+    """Discrete-event replay of fixed per-rank op orders. An op is a tuple of passes
+    (kind, chunk, micro-batch) run back to back (an overlapped F&B pair is one op of both);
+    it starts once its rank is free and every pass it depends on has finished (no
+    communication time). Returns (start, finish, busy seconds per rank, makespan)."""
+    start, done = {}, {}
+    pos, free, busy = [0] * len(orders), [0.0] * len(orders), [0.0] * len(orders)
+    left = sum(map(len, orders))
+    while left:
+        moved = False
+        for r, order in enumerate(orders):
+            while pos[r] < len(order):
+                op = order[pos[r]]
+                need = [d for key in op for d in deps(key) if d not in op]
+                if not all(d in done for d in need):
+                    break
+                t = max([free[r]] + [done[d] for d in need])
+                for key in op:
+                    start[key], t = t, t + dur[key[0]]
+                    done[key] = t
+                    busy[r] += dur[key[0]]
+                free[r], pos[r], left, moved = t, pos[r] + 1, left - 1, True
+        assert moved, "the order deadlocks"
+    return start, done, busy, max(free)
+
+
+def _peak(orders, start, done, release):
+    """Peak chunk-micro-batches per rank alive from their F's start to the end of `release`."""
+    out = []
+    for order in orders:
+        ev = sorted((t, d) for op in order for key in op if key[0] == "F"
+                    for t, d in ((start[key], 1), (done[release(key)], -1)))
+        cur = peak = 0
+        for _, d in ev:
+            cur += d
+            peak = max(peak, cur)
+        out.append(peak)
+    return out
+
+
+def _chain_deps(n_chunks):
+    """Dependencies along a path of chunks (k = 0 .. n-1, chunk keys (path, k)): F after the
+    previous chunk's F, the input-gradient pass B after the next chunk's B (the last chunk's
+    after its own F), the weight pass W (or Wf, the W of a full backward) after its B."""
+    def deps(key):
+        kind, (path, k), j = key
+        if kind == "F":
+            return [("F", (path, k - 1), j)] if k else []
+        if kind == "B":
+            return [("B", (path, k + 1), j)] if k < n_chunks - 1 else [("F", (path, k), j)]
+        return [("B", (path, k), j)]
+    return deps
+
+
+def _zb_h1_orders(p, m):
+    """ZB-H1 (Qi et al. 2023 §3.1, Fig. 3): 1F1B's order with the backward split in B and W;
+    stage s runs p - s - 1 warm-up forwards, then s (F, B) pairs whose W it postpones to the
+    very end, then (F, B, W) rounds and the cool-down (B, W), then the s postponed W."""
+    orders = []
+    for s in range(p):
+        c, ops, f, b, late = (0, s), [], 0, 0, []
+        for _ in range(min(p - s - 1, m)):
+            ops, f = ops + [(("F", c, f),)], f + 1
+        for _ in range(s):
+            if f < m:
+                ops += [(("F", c, f),), (("B", c, b),)]
+                late.append((("W", c, b),))
+                f, b = f + 1, b + 1
+        while b < m:
+            if f < m:
+                ops, f = ops + [(("F", c, f),)], f + 1
+            ops, b = ops + [(("B", c, b),), (("W", c, b),)], b + 1
+        orders.append(ops + late)
+    return orders
+
+
+def _dualpipe_orders(p, m, v):
+    """Per-rank op order of deepseek-ai/DualPipe's `step` (dualpipe.py, v = False: p ranks,
+    m/2 micro-batches each way; dualpipev.py, v = True: one V of 2p chunks), its eight phases
+    with their counts: nF0, nF0F1, nB1W1F1 (zero-bubble B), the main nF0B1F1B0 of overlapped
+    F&B pairs (the middle / last rank runs its first pair apart), nB1F1B0, nB1B0 (zero-bubble
+    from the middle on), nWB0, nW; W passes run first in, first out."""
+    orders = []
+    for r in range(p):
+        if v:
+            half, n_half, per_dir, apart = r, p, m, r == p - 1
+            chunk = {0: (0, r), 1: (0, 2 * p - 1 - r)}
+        else:
+            half, n_half, per_dir = min(r, p - 1 - r), p // 2, m // 2
+            apart = r in (p // 2 - 1, p // 2)
+            d = int(r >= p // 2)  # phase 0 runs the forward direction on the first half
+            chunk = {0: (d, r if d == 0 else p - 1 - r), 1: (1 - d, r if d == 1 else p - 1 - r)}
+        nf, nb, pending, ops = {0: 0, 1: 0}, {0: 0, 1: 0}, [], []
+
+        def F(ph):
+            nf[ph] += 1
+            return ("F", chunk[ph], nf[ph] - 1)
+
+        def B(ph, zb=False):
+            nb[ph] += 1
+            key = ("B", chunk[ph], nb[ph] - 1)
+            if zb:
+                pending.append(("W", chunk[ph], nb[ph] - 1))
+                return (key,)
+            return key, ("Wf", chunk[ph], nb[ph] - 1)
+
+        def W():
+            return (pending.pop(0),)
+
+        ops += [(F(0),) for _ in range(2 * (n_half - half - 1))]
+        for _ in range(half + 1):
+            ops += [(F(0),), (F(1),)]
+        for _ in range(n_half - half - 1):
+            ops += [B(1, True), W(), (F(1),)]
+        for i in range(per_dir - 2 * n_half + half + 1):
+            ops += [(F(0),), B(1)] if i == 0 and apart else [(F(0), *B(1))]
+            ops.append((F(1), *B(0)))
+        for _ in range(n_half - half - 1):
+            ops += [B(1), (F(1), *B(0))]
+        zb = False
+        for i in range(half + 1):
+            zb = zb or (i == (half + 1) // 2 and half % 2 == 1)
+            ops.append(B(1, zb))
+            zb = zb or (i == (half + 1) // 2 and half % 2 == 0)
+            ops.append(B(0, zb))
+        for _ in range(n_half - half - 1):
+            ops += [W(), B(0, True)]
+        ops += [W() for _ in range(half + 1)]
+        assert not pending and nf == nb == {0: per_dir, 1: per_dir}
+        orders.append(ops)
+    return orders
+
+
+TIMES = [(1.0, 1.0, 1.0), (1.0, 1.5, 0.5), (1.0, 2.0, 1.0), (2.0, 1.0, 1.0), (1.2, 1.4, 0.8)]
+"""Chunk pass times (F, B input, W) the replays run: the papers' equal point, GEMM-heavy and
+attention-heavy backwards, and F = B (full backward = forward)."""
+
+
+@pytest.mark.parametrize("p,m", [(2, 2), (3, 7), (4, 4), (4, 9), (8, 8), (8, 32)])
+def test_zb_h1_in_qi_order_idles_exactly_the_closed_form(p, m):
+    for f, b, w in TIMES:
+        orders = _zb_h1_orders(p, m)
+        start, done, busy, span = _replay(orders, _chain_deps(p), {"F": f, "B": b, "W": w})
+        assert busy == [pytest.approx(m * (f + b + w))] * p
+        t = _one_row(pp=p, vp=1, sch=2)
+        want = pipeline_bubble(t, np.array([f + b + w]), np.array([f]), np.array([w]))[0]
+        assert span - busy[0] == pytest.approx(want, abs=1e-9), (f, b, w)
+        # held until W: p on every stage (the ledger's count); until B: 1F1B's p - s
+        held = [_held(np.array([float(p)]), np.array([1.0]), np.array([float(m)]), s,
+                      np.array([2]))[0] for s in range(p)]
+        assert _peak(orders, start, done, lambda k: ("W", *k[1:])) == held
+        until_b = _peak(orders, start, done, lambda k: ("B", *k[1:]))
+        assert until_b == [min(m, p - s) for s in range(p)]
+
+
+@pytest.mark.parametrize("v,p,m", [(False, 2, 4), (False, 4, 8), (False, 4, 18), (False, 6, 12),
+                                   (False, 8, 16), (False, 8, 40), (True, 2, 4), (True, 3, 7),
+                                   (True, 4, 8), (True, 4, 13), (True, 8, 16)])
+def test_dualpipe_and_dualpipev_in_the_repository_order(v, p, m):
+    # The DualPipe README's bubble (PP/2 - 1)(F&B + B - 3W), F&B = F + B, bounds the replay
+    # from above, tightly when F = B; in-flight chunk-micro-batches are PP + 1 on every rank.
+    n = 2 * p if v else p
+    chunks = 2 if v else 1  # rank-level passes are `chunks` chunk passes
+    for f, b, w in TIMES:
+        orders = _dualpipe_orders(p, m, v)
+        dur = {"F": f, "B": b, "W": w, "Wf": w}
+        start, done, busy, span = _replay(orders, _chain_deps(n), dur)
+        assert busy == [pytest.approx(m * chunks * (f + b + w))] * p
+        t = _one_row(pp=p, vp=chunks, sch=5 if v else 4)
+        bound = pipeline_bubble(t, np.array([chunks * (f + b + w)]), np.array([chunks * f]),
+                                np.array([chunks * w]))[0]
+        assert bound == pytest.approx((n / 2 - 1) * ((f + b + w) + (b + w) - 3 * w))
+        idle = span - busy[0]
+        if f == b + w:
+            assert idle == pytest.approx(bound, abs=1e-9), (f, b, w)
+        else:
+            assert 0.0 <= idle <= bound + 1e-9, (f, b, w)
+        peak = _peak(orders, start, done,
+                     lambda k: ("Wf", *k[1:]) if ("Wf", *k[1:]) in done else ("W", *k[1:]))
+        assert peak == [n + 1] * p
+        held = _held(np.array([float(p)]), np.array([float(chunks)]), np.array([float(m)]), 0,
+                     np.array([5 if v else 4]))[0]
+        assert held == (n + 1) / chunks
+
+
+def _greedy_v(p, m, f, b, w):
+    """A greedy list schedule of the ZB-V shape (Qi et al. 2024: 2p chunks, rank r holding
+    chunks r and 2p-1-r) under 1F1B's memory, 2p chunk-micro-batches alive until their W, at
+    most p of them on the first chunk: a free rank runs a ready B (later chunk first), else an
+    F (later chunk first), else a W. Returns (idle seconds, peak alive per rank)."""
+    C = 2 * p
+    mine = [[r, C - 1 - r] for r in range(p)]
+    deps = _chain_deps(C)
+    done, free, alive, peak = {}, [0.0] * p, [[] for _ in range(p)], [0] * p
+    nxt = {(kind, k): 0 for kind in "FBW" for k in range(C)}
+    dur = {"F": f, "B": b, "W": w}
+    left = 3 * C * m
+    while left:
+        r = min(range(p), key=lambda x: free[x])
+        T = free[r]
+        live = [key for key in alive[r] if not (key in done and done[key] <= T)]
+        pick = None
+        for kind in "BFW":
+            for k in (sorted(mine[r]) if kind == "W" else sorted(mine[r], reverse=True)):
+                j = nxt[(kind, k)]
+                key = (kind, (0, k), j)
+                if j >= m or (kind == "F" and (len(live) >= C or (
+                        k < p and sum(1 for x in live if x[1][1] == k) >= p))):
+                    continue
+                if all(d in done and done[d] <= T for d in deps(key)):
+                    pick = key
+                    break
+            if pick:
+                break
+        if pick is None:  # wait for the next finish anywhere (or let a rank at T go first)
+            later = [t for t in done.values() if t > T] + [x for x in free if x > T]
+            free[r] = min(later) if later else T + 1e-9
+            continue
+        done[pick] = free[r] = T + dur[pick[0]]
+        nxt[(pick[0], pick[1][1])] += 1
+        left -= 1
+        if pick[0] == "F":
+            alive[r].append(("W", *pick[1:]))
+            peak[r] = max(peak[r], len(live) + 1)
+    return max(free) - m * 2 * (f + b + w), peak
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 16), (8, 32)])
+def test_zbv_closed_form_bounds_a_v_schedule_from_below(p, m):
+    # The bottom of the V waits p - 1 chunk forwards before its first pass, so no ZB-V order
+    # idles less than (p - 1) F/2 (rank-level F); the closed form adds the B/W imbalance. A
+    # greedy V under 1F1B's memory never beats it and meets it at the papers' equal point.
+    for f, b, w in TIMES:
+        idle, peak = _greedy_v(p, m, f, b, w)
+        t = _one_row(pp=p, vp=2, sch=3)
+        form = pipeline_bubble(t, np.array([2 * (f + b + w)]), np.array([2 * f]),
+                               np.array([2 * w]))[0]
+        assert form >= (p - 1) * f - 1e-12
+        assert form <= idle + 1e-6, (f, b, w)
+        held = _held(np.array([float(p)]), np.array([2.0]), np.array([float(m)]), 0, np.array([3]))
+        assert max(peak) / 2 <= held[0]
+    if m == 4 * p:
+        idle, _ = _greedy_v(p, m, 1.0, 1.0, 1.0)
+        assert idle == pytest.approx((p - 1) * 1.0, abs=1e-6)
 
 
 # ---------------------------------------------------------------- search, exports

@@ -32,6 +32,7 @@ def estimate_command(
     micro_batch: Annotated[int, typer.Option(help="Sequences per micro-batch.")] = 1,
     stage_layers: Annotated[Optional[str], typer.Option(help="Layers per pipeline stage, first to last, e.g. 7,8x14,7 (default: even).", show_default=False)] = None,
     schedule: Annotated[Optional[str], typer.Option(help="Pipeline schedule: 1f1b, interleaved, zb-h1, zbv, dualpipe, dualpipev (default: 1f1b, interleaved with vp > 1).", show_default=False)] = None,
+    recompute_num_layers: Annotated[Optional[int], typer.Option(help="With --recompute full: fully recompute only the first N layers of each model chunk (Megatron --recompute-method block); default: every layer.", show_default=False)] = None,
     fmt: Annotated[Fmt, typer.Option("--format", help="table or json.")] = Fmt.table,
     input: Annotated[Optional[str], typer.Option("--input", help="Batch mode: CSV of layouts to score.", show_default=False)] = None,
     output: Annotated[Optional[str], typer.Option("--output", help="Batch mode: CSV to write (default stdout).", show_default=False)] = None,
@@ -59,6 +60,7 @@ def estimate_command(
 
         layout = Layout(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, recompute=recompute,
                         sp=sp, micro_batch=micro_batch, schedule=schedule,
+                        recompute_layers=recompute_num_layers,
                         stage_layers=parse_stage_layers(stage_layers) if stage_layers else None)
     except ValueError as exc:
         from ..errors import format_validation_error

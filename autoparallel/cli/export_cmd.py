@@ -92,6 +92,7 @@ def export_command(
     micro_batch: Annotated[Optional[int], typer.Option(help="Sequences per micro-batch [1].", show_default=False)] = None,
     stage_layers: Annotated[Optional[str], typer.Option(help="Layers per pipeline stage, e.g. 7,8x14,7 [even].", show_default=False)] = None,
     schedule: Annotated[Optional[str], typer.Option(help="Pipeline schedule [1f1b; interleaved with vp > 1].", show_default=False)] = None,
+    recompute_num_layers: Annotated[Optional[int], typer.Option(help="With --recompute full: recompute only the first N layers of each model chunk [all].", show_default=False)] = None,
     from_csv: Annotated[Optional[str], typer.Option("--from", help="Sweep CSV holding the problem and the layout (with --row).", show_default=False)] = None,
     row: Annotated[Optional[int], typer.Option("--row", help="Data row of the --from CSV, numbered from 1.", show_default=False)] = None,
     target_version: Annotated[Optional[str], typer.Option("--target-version", help="Launcher release for torchtitan: 0.3 (current, Python config module) or 0.2 / 0.2.2 (TOML).", show_default=False)] = None,
@@ -109,8 +110,11 @@ def export_command(
     exporter = get_exporter(target, target_version, **sbatch)
     flags = {"dp": dp, "tp": tp, "pp": pp, "vp": vp, "cp": cp, "ep": ep, "zero": zero,
              "recompute": recompute, "sp": sp, "micro_batch": micro_batch,
-             "stage_layers": stage_layers, "schedule": schedule}
-    layout_flags = [f"--{k.replace('_', '-')}" for k, v in flags.items() if v is not None]
+             "stage_layers": stage_layers, "schedule": schedule,
+             "recompute_layers": recompute_num_layers}
+    cli_name = {"recompute_layers": "recompute_num_layers"}
+    layout_flags = [f"--{cli_name.get(k, k).replace('_', '-')}" for k, v in flags.items()
+                    if v is not None]
     if from_csv is not None:
         problem_flags = problem.given() + (["--rank"] if rank is not None else [])
         if problem_flags or layout_flags:

@@ -117,6 +117,13 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
 
     a_dense = layer_activation_bytes(problem, arch, t, moe=False)
     a_moe = layer_activation_bytes(problem, arch, t, moe=True)
+    if np.any(t["rn"] >= 0):  # full recompute of some layers only: the rest keep everything
+        kept = np.where(t["rc"] == 2, 1.0 - st.recomputed, 0.0)
+        none = np.zeros_like(t["rc"])
+        a_dense = kept * layer_activation_bytes(problem, arch, t, moe=False, recompute=none) \
+            + (1.0 - kept) * a_dense
+        a_moe = kept * layer_activation_bytes(problem, arch, t, moe=True, recompute=none) \
+            + (1.0 - kept) * a_moe
     # the stack's measured activation factor over the fused-kernel accounting (StackSpec)
     activations = problem.stack.activation_factor * st.inflight * (
         st.n_dense * a_dense + st.n_moe * a_moe)
@@ -144,7 +151,7 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
         layer_activation_bytes(problem, arch, t, moe=True, recompute=np.zeros_like(t["rc"]))
         if arch.n_moe_layers else 0.0,
     )
-    working = np.where(t["rc"] == 2, a_none, 0.0)
+    working = np.where((t["rc"] == 2) & (np.asarray(st.recomputed) > 0), a_none, 0.0)
     # CP ring attention: two KV chunks in flight (reference §3.5).
     kv_div = np.minimum(tp, arch.n_kv_heads)
     kv_buffers = np.where(cp > 1, 2.0 * tokens * arch.act_attn_kv / kv_div, 0.0)

@@ -8,7 +8,8 @@ Layers per stage: the even split L / p, or an uneven one with `lf` layers on the
 `ll` on the last and (L - lf - ll) / (p - 2) on each middle stage (Megatron-Core's
 `--decoder-first/last-pipeline-num-layers`, launchers.md §1.1). Micro-batches held per schedule
 follow reference §3.3 (1F1B/interleaved from Megatron's warm-up counts; ZB-H1 and ZB-V hold what
-1F1B holds, p; DualPipe/DualPipeV p + 1, DeepSeek-V3 report Table 2)."""
+1F1B's first stage holds, p, on every rank; DualPipe p + 1, DeepSeek-V3 report Table 2;
+DualPipeV p + 1/2, deepseek-ai/DualPipe README)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,24 @@ class Stage:
     copies: np.ndarray | float = 1.0
     """Parameter copies the stage's rank holds: 2 with DualPipe (stages i and p-1-i on one rank,
     DeepSeek-V3 report Table 2), else 1."""
+    recomputed: np.ndarray | float = 0.0
+    """Share of the stage's layers fully recomputed (`recomputed_share`)."""
+
+
+def recomputed_share(t: LayoutTable, layers) -> np.ndarray:
+    """Share of a stage's `layers` fully recomputed: 1 with full recompute of every layer, 0
+    without full recompute, and min(N, chunk layers) / chunk layers with full recompute of the
+    first N layers of each model chunk (Megatron `--recompute-method block
+    --recompute-num-layers N`, transformer_block.py `_checkpointed_forward`: layers
+    [0, N) of each chunk are checkpointed, the rest keep their activations). Dense and MoE
+    layers are taken in proportion."""
+    full = (t["rc"] == 2).astype(np.float64)
+    rn = t["rn"]
+    if not np.any(rn >= 0):
+        return full
+    chunk = np.maximum(np.asarray(layers, dtype=np.float64) / t["vp"], 1e-9)
+    part = np.clip(rn / chunk, 0.0, 1.0)
+    return full * np.where(rn < 0, 1.0, part)
 
 
 def micro_batches(global_batch: int, t: LayoutTable) -> np.ndarray:
@@ -53,15 +72,20 @@ def _held(pp, vp, m, rank, sch=None):
     micro-batch), from Megatron's warm-up counts (schedules.py::get_pp_rank_microbatches,
     reference §1.5): 1F1B holds min(m, p - r) micro-batches; interleaved holds
     2(p - r - 1) + (v - 1)p + 1 chunk-micro-batches of L/(pv) layers, at most the m v that exist.
-    ZB-H1 holds what 1F1B holds (Qi et al. 2023 §3.1; reference §3.3); ZB-V p on every rank,
-    its V pairing the heavy first chunk with the light last one (Qi et al. 2024; reference
-    §3.3); DualPipe and DualPipeV p + 1 (DeepSeek-V3 report Table 2), at most the m that exist."""
+    ZB-H1 p on every rank: rank r defers r weight-gradient (W) passes to the end (Qi et al. 2023
+    §3.1, Fig. 3), and a micro-batch whose W is pending keeps nearly all its activations (M_W ~
+    M_B, their Table 1), so 1F1B's p - r plus r pending; ZB-V p on every rank, its V pairing the
+    heavy first chunk with the light last one (Qi et al. 2024; reference §3.3); DualPipe p + 1
+    (DeepSeek-V3 report Table 2); DualPipeV 2p + 1 chunks of half the rank's layers, p + 1/2
+    (deepseek-ai/DualPipe README: PP + 1 chunks per device, PP = 2p); at most the m that exist.
+    tests/test_pipeline.py replays each schedule's order and counts the same peaks."""
     one_f_one_b = np.minimum(pp - rank, m)
     chunks = np.minimum(2 * (pp - rank - 1) + (vp - 1) * pp + 1, m * vp)
     held = np.where(vp > 1, chunks / vp, one_f_one_b)
     if sch is not None and np.any(sch > 1):
         held = np.select(
-            [sch == 3, sch >= 4], [np.minimum(pp, m), np.minimum(pp + 1, m)], held)
+            [(sch == 2) | (sch == 3), sch == 4, sch == 5],
+            [np.minimum(pp, m), np.minimum(pp + 1, m), np.minimum(pp + 0.5, m)], held)
     return np.where(pp > 1, held, 1.0).astype(np.float64)
 
 
@@ -101,9 +125,11 @@ def stages(arch: Arch, t: LayoutTable, global_batch: int) -> dict[str, Stage]:
     copies = np.where(sch == 4, 2.0, 1.0) if np.any(sch == 4) else 1.0
     return {
         "first": Stage("first", dense_first, first - dense_first, one,
-                       np.where(single, one, zero), held_first, held_first, copies),
+                       np.where(single, one, zero), held_first, held_first, copies,
+                       recomputed_share(t, first)),
         "middle": Stage("middle", dense_mid, mid - dense_mid, np.where(single, one, zero),
-                        np.where(single, one, zero), held_mid, np.where(single, one, zero), copies),
+                        np.where(single, one, zero), held_mid, np.where(single, one, zero), copies,
+                        recomputed_share(t, mid)),
         "last": Stage("last", dense_last, last - dense_last, np.where(single, one, zero), one,
-                      held_last, np.where(single, one, zero), copies),
+                      held_last, np.where(single, one, zero), copies, recomputed_share(t, last)),
     }

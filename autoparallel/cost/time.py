@@ -95,30 +95,30 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
     tp_fwd = _tp_comm_layer(problem, t, groups["tp"], arch)
     overlapped = problem.training.tp_comm_overlap
 
-    def tp_layer(gemm_f):
-        """TP seconds per layer and micro-batch: forward, backward, recomputed forward. Exposed
-        in full, or, with TP overlap, hidden behind the layer's GEMMs (forward 1x, backward 2x)."""
+    def tp_layer(gemm_f, full):
+        """TP seconds per layer and micro-batch: forward, backward, recomputed forward (`full`:
+        share of layers fully recomputed). Exposed in full, or, with TP overlap, hidden behind
+        the layer's GEMMs (forward 1x, backward 2x)."""
         if not overlapped:
-            return tp_fwd * (2.0 + (rc == 2))
+            return tp_fwd * (2.0 + full)
         f = _hidden_cost(prof, tp_fwd, gemm_f)
-        return f * (1.0 + (rc == 2)) + _hidden_cost(prof, tp_fwd, 2.0 * gemm_f)
+        return f * (1.0 + full) + _hidden_cost(prof, tp_fwd, 2.0 * gemm_f)
 
-    def cp_layer(attn_f):
+    def cp_layer(attn_f, full):
         step = collective_time(problem, Collective.P2P, T * arch.act_attn_kv / kv_div, groups["cp"])
         # ring attention hides each KV hop behind one block of attention (reference §5.6)
         f = (cp - 1) * _hidden_cost(prof, step, attn_f / cp)
         b = (cp - 1) * _hidden_cost(prof, 2.0 * step, ATTN_BWD * attn_f / cp)
-        return np.where(cp > 1, f * (1.0 + (rc == 2)) + b, 0.0)
+        return np.where(cp > 1, f * (1.0 + full) + b, 0.0)
 
     a2a = collective_time(
         problem, Collective.ALL_TO_ALL, 2.0 * arch.top_k * T / tp * arch.hidden, groups["ep"])
-    ep_layer = a2a * (4.0 + 2.0 * (rc == 2)) * _exposed_share(prof, prof.ep_overlap)
+    ep_share = _exposed_share(prof, prof.ep_overlap)
     sch = t["sch"]
     if np.any(sch >= 4):
         # DualPipe(V) overlaps one micro-batch's all-to-all with another's compute (DeepSeek-V3
         # report §3.2.1): the all-to-all is hidden, at the SMs it takes (`overlap_sm_fraction`)
-        ep_layer = np.where(sch >= 4, a2a * (4.0 + 2.0 * (rc == 2)) * prof.overlap_sm_fraction,
-                            ep_layer)
+        ep_share = np.where(sch >= 4, prof.overlap_sm_fraction, ep_share)
 
     # output layer + vocab-parallel cross-entropy on the last stage
     V = arch.vocab
@@ -136,9 +136,9 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
             parts[kind] = dict(
                 fwd=n * fwd,
                 bwd=n * (2.0 * gemm + ATTN_BWD * attn + 2.0 * elem),
-                rec=n * np.where(rc == 2, fwd, np.where(rc == 1, attn, 0.0)),
-                cp=n * cp_layer(attn),
-                tp=n * tp_layer(gemm),
+                rec=n * np.where(rc == 2, st.recomputed * fwd, np.where(rc == 1, attn, 0.0)),
+                cp=n * cp_layer(attn, st.recomputed),
+                tp=n * tp_layer(gemm, st.recomputed),
                 # weight-gradient GEMMs: half the GEMM backward (one of its two GEMMs, = forward)
                 wgrad=n * gemm,
             )
@@ -148,7 +148,7 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
             rec=parts["dense"]["rec"] + parts["moe"]["rec"],
             tp=parts["dense"]["tp"] + parts["moe"]["tp"],
             cp=parts["dense"]["cp"] + parts["moe"]["cp"],
-            ep=st.n_moe * ep_layer,
+            ep=st.n_moe * (a2a * (4.0 + 2.0 * st.recomputed) * ep_share),
             wgrad=parts["dense"]["wgrad"] + parts["moe"]["wgrad"] + st.output * logits_gemm,
             stage=st,
         )
@@ -162,12 +162,17 @@ def pipeline_bubble(t: LayoutTable, tau, fwd, wgrad) -> np.ndarray:
 
     - 1F1B and interleaved: (p - 1)/v * tau (Narayanan et al. 2021);
     - ZB-H1: (p - 1)(F + B - 2W) (Qi et al. 2023 §3.1; DeepSeek-V3 report Table 2 "ZB1P");
-    - ZB-V: (p - 1)/2 * max(0, F + B - 3W) [derived: two chunks of half the stage; zero when
-      F = B_input = W, the sail-sg README's zero-bubble point];
+    - ZB-V: (p - 1)/2 * max(F, F + B - 3W) [derived: two chunks of half the stage each; the rank
+      at the V's bottom cannot start before p - 1 chunk forwards, (p - 1) F/2, so the schedule is
+      not bubble-free even at the sail-sg README's F = B_input = W point; a discrete-event
+      simulation in tests/test_pipeline.py reaches that bound and never beats it];
     - DualPipe: (p/2 - 1)(F&B + B - 3W) with F&B = F + B (the overlap hides communication, not
       compute) (DeepSeek-V3 report Table 2);
     - DualPipeV: DualPipe over 2p half-stage chunks on p ranks, (p - 1)/2 * (F&B + B - 3W)
-      [derived from the same table].
+      (deepseek-ai/DualPipe README table: (PP/2 - 1)(F&B + B - 3W) on PP/2 devices, PP = 2p chunk
+      times of half the rank's). Replaying the repository's DualPipe(V) step order in a
+      discrete-event simulation (tests/test_pipeline.py) idles at most this, exactly this when
+      F = B.
     """
     pp, vp, sch = t["pp"].astype(np.float64), t["vp"].astype(np.float64), t["sch"]
     classic = (pp - 1.0) / vp * tau
@@ -175,7 +180,7 @@ def pipeline_bubble(t: LayoutTable, tau, fwd, wgrad) -> np.ndarray:
         return classic
     bwd = tau - fwd
     zb_h1 = (pp - 1.0) * np.maximum(0.0, tau - 2.0 * wgrad)
-    zbv = (pp - 1.0) / 2.0 * np.maximum(0.0, tau - 3.0 * wgrad)
+    zbv = (pp - 1.0) / 2.0 * np.maximum(fwd, tau - 3.0 * wgrad)
     dual_unit = np.maximum(0.0, tau + bwd - 3.0 * wgrad)
     dualpipe = np.maximum(pp / 2.0 - 1.0, 0.0) * dual_unit
     dualpipev = (pp - 1.0) / 2.0 * dual_unit

@@ -119,10 +119,13 @@ class Exporter(ABC):
     """Pipeline schedules the launcher file can select."""
     uneven_splits: ClassVar[bool] = False
     """Whether the launcher file can give the first and last stage their own layer counts."""
+    partial_recompute: ClassVar[bool] = False
+    """Whether the launcher file can fully recompute only the first N layers of each model
+    chunk (`Layout.recompute_layers`; Megatron `--recompute-method block`)."""
 
     def check(self, problem: Problem, layout: Layout) -> list[str]:
         """Reasons this target cannot launch `layout` for `problem` (empty when it can)."""
-        job = Job.of(problem, layout)
+        job = Job.of(problem, whole_recompute(problem, layout))
         reasons = common_reasons(job) + self.pipeline_reasons(job)
         return reasons + [r for r in self.limits(job) if r not in reasons]
 
@@ -136,6 +139,10 @@ class Exporter(ABC):
         if lay.stage_layers and not self.uneven_splits:
             out.append(f"uneven pipeline split {lay.stage_layers}: {self.name} splits the layers "
                        "evenly here")
+        if lay.recompute_layers is not None and not self.partial_recompute:
+            out.append(f"full recompute of the first {lay.recompute_layers} layers of each model "
+                       f"chunk: {self.name} recomputes every layer or none here (megatron and "
+                       "slurm write --recompute-method block)")
         return out
 
     def render(self, problem: Problem, layout: Layout) -> str:
@@ -145,7 +152,7 @@ class Exporter(ABC):
         if reasons:
             raise ExportError(f"{self.name} cannot launch {layout.resolved(problem.cluster.n_gpus).slug}: "
                               + "; ".join(reasons))
-        return self.text(Job.of(problem, layout))
+        return self.text(Job.of(problem, whole_recompute(problem, layout)))
 
     def companion(self, job: Job) -> str | None:
         """A note that travels with the file when the file format has no comments (what the
@@ -204,6 +211,22 @@ def dp_bucket_params(job: Job) -> int:
     from ..cost.time import DDP_BUCKET_PARAMS
 
     return int(max(DDP_BUCKET_PARAMS, 1e6 * job.data_group))
+
+
+def whole_recompute(problem: Problem, layout: Layout) -> Layout:
+    """`layout` with a partial full recompute that is in fact whole written as such: N at least
+    the largest model chunk's layers is full recompute of every layer, N = 0 no recompute (the
+    cost model prices both exactly alike), so every target can launch them."""
+    n = layout.recompute_layers
+    if n is None:
+        return layout
+    L = problem.model.n_layers
+    per_stage = max(layout.stage_layers) if layout.stage_layers else -(-L // layout.pp)
+    if n == 0:
+        return layout.model_copy(update={"recompute": Recompute.NONE, "recompute_layers": None})
+    if n >= -(-per_stage // layout.vp):
+        return layout.model_copy(update={"recompute_layers": None})
+    return layout
 
 
 def recompute_of(job: Job) -> Recompute:

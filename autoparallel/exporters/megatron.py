@@ -16,7 +16,7 @@ configs). Mapping of autoparallel's layout:
 | zero 1 | `--use-distributed-optimizer` (optimizer state sharded over DP x CP) |
 | zero 2 | `--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads` |
 | zero 3 | `--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params` |
-| recompute | `selective`: `--recompute-granularity selective --recompute-modules core_attn`; `full`: `--recompute-granularity full --recompute-method uniform --recompute-num-layers 1` |
+| recompute | `selective`: `--recompute-granularity selective --recompute-modules core_attn`; `full`: `--recompute-granularity full --recompute-method uniform --recompute-num-layers 1`; `full` of the first N layers per chunk: `--recompute-method block --recompute-num-layers N` |
 
 Megatron-FSDP (ZeRO-2/3) is refused with interleaving and with MoE models: Megatron Bridge's
 Megatron-FSDP v2 forbids several model chunks per rank and MoE (launchers.md §7 item 7), and
@@ -81,6 +81,10 @@ def parallel_args(job: Job) -> list[list]:
     rc = recompute_of(job)
     if rc == Recompute.SELECTIVE:
         lines.append(["--recompute-granularity", "selective", "--recompute-modules", "core_attn"])
+    elif rc == Recompute.FULL and lay.recompute_layers is not None:
+        # the first N layers of each model chunk, the rest keep their activations
+        lines.append(["--recompute-granularity", "full", "--recompute-method", "block",
+                      "--recompute-num-layers", lay.recompute_layers])
     elif rc == Recompute.FULL:
         lines.append(["--recompute-granularity", "full", "--recompute-method", "uniform",
                       "--recompute-num-layers", 1])
@@ -275,6 +279,7 @@ class MegatronExporter(Exporter):
     name = "megatron"
     suffix = ".sh"
     uneven_splits = True
+    partial_recompute = True
     summary = "bash script: torchrun ... pretrain_gpt.py with Megatron-LM flags"
 
     def limits(self, job: Job) -> list[str]:

@@ -50,6 +50,7 @@ class SlurmExporter(Exporter):
     name = "slurm"
     suffix = ".sh"
     uneven_splits = True
+    partial_recompute = True
     summary = "sbatch script: srun torchrun (c10d rendezvous) running the Megatron-LM command"
 
     def __init__(self, **options: str | None):

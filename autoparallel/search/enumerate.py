@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..cost.arch import build_arch
-from ..layouts import COLUMNS, LayoutTable
+from ..layouts import ALL_LAYERS, COLUMNS, LayoutTable
 from ..specs.layout import RECOMPUTE_CODES, SCHEDULE_CODES, Schedule
 from ..specs.problem import Problem
 from .space import SearchSpace
@@ -110,6 +110,7 @@ def enumerate_layouts(problem: Problem, space: SearchSpace | None = None) -> Lay
     replica_ok = B % cols["dp"] == 0
     mb_ok = np.where(replica_ok, (B // cols["dp"]) % cols["mb"] == 0, cols["mb"] == cols["mb"].min())
     cols = _keep(cols, mb_ok)
+    cols["rn"] = np.full(len(cols["mb"]), ALL_LAYERS, dtype=np.int64)  # full = every layer
     return LayoutTable({k: np.ascontiguousarray(cols[k]) for k in COLUMNS}, L)
 
 

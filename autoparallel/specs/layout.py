@@ -10,7 +10,7 @@ import re
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import PositiveInt, model_validator
+from pydantic import NonNegativeInt, PositiveInt, model_validator
 
 from ._base import Spec
 
@@ -117,6 +117,10 @@ class Layout(Spec):
     num-layers`); None = the even split n_layers / pp."""
     schedule: Schedule | None = None
     """Pipeline schedule; None = 1F1B, or interleaved 1F1B when vp > 1."""
+    recompute_layers: NonNegativeInt | None = None
+    """With `recompute = full`: fully recompute only the first N transformer layers of each
+    model chunk, keeping every other layer's activations (Megatron `--recompute-method block
+    --recompute-num-layers N`); None = every layer (Megatron's full recompute), 0 = none."""
 
     @model_validator(mode="after")
     def _check(self) -> Layout:
@@ -135,6 +139,11 @@ class Layout(Spec):
                                  "counts (only the first and last may differ)")
             if len(set(sl)) == 1:
                 object.__setattr__(self, "stage_layers", None)  # even: the default
+        if self.recompute_layers is not None and Recompute(self.recompute) != Recompute.FULL:
+            raise ValueError(
+                f"`recompute_layers` ({self.recompute_layers}) counts fully recomputed layers per "
+                f"model chunk and needs recompute = full (got {Recompute(self.recompute).value}); "
+                "set recompute = full or drop recompute_layers")
         if self.schedule is not None:
             sch = Schedule(self.schedule)
             if sch == Schedule.INTERLEAVED and self.vp == 1:
@@ -174,14 +183,16 @@ class Layout(Spec):
         split = stage_layers_slug(self.stage_layers) if self.stage_layers else ""
         sch = self.pipeline_schedule
         sched = "" if sch == default_schedule(self.vp) else "-s" + sch.value.replace("-", "")
+        rn = "" if self.recompute_layers is None else str(self.recompute_layers)
         return (
             f"dp{self.dp}-tp{self.tp}-pp{self.pp}{split}-vp{self.vp}-cp{self.cp}-ep{self.ep}"
-            f"-z{self.zero}-r{self.recompute.value}{sp}-mb{self.micro_batch}{sched}"
+            f"-z{self.zero}-r{self.recompute.value}{rn}{sp}-mb{self.micro_batch}{sched}"
         )
 
     @classmethod
     def from_slug(cls, slug: str) -> Layout:
-        """Parse `dp8-tp4-pp2-vp1-cp1-ep1-z1-rnone-sp-mb1` (or `...-pp16[7,8x14,7]-...-szbh1`);
+        """Parse `dp8-tp4-pp2-vp1-cp1-ep1-z1-rnone-sp-mb1` (or `...-pp16[7,8x14,7]-...-szbh1`,
+        `-rfull2` for full recompute of the first 2 layers of each chunk);
         omitted axes take defaults."""
         fields: dict = {"sp": False}
         schedules = {sch.value.replace("-", ""): sch.value for sch in Schedule}
@@ -198,6 +209,8 @@ class Layout(Spec):
                 fields["sp"] = True
             elif part.startswith("r") and part[1:] in {r.value for r in Recompute}:
                 fields["recompute"] = part[1:]
+            elif re.fullmatch(r"rfull\d+", part):  # full recompute of the first N layers
+                fields["recompute"], fields["recompute_layers"] = "full", int(part[5:])
             else:
                 raise ValueError(
                     f"layout slug part {part!r} not understood; expected e.g. "
