@@ -10,7 +10,7 @@ import typer
 
 from ..presets import list_gpus, list_models, list_stacks, load_gpu, load_model, load_stack
 from . import app
-from .render import fitted_table, make_console
+from .render import fitted_table, make_console, stacked_table
 
 
 class PresetKind(StrEnum):
@@ -55,7 +55,10 @@ def presets_command(
                          f"{g.fp4_tflops:g}" if g.fp4_tflops else "-", f"{g.hbm_gib:g}",
                          f"{g.hbm_tb_per_s:g}", f"{g.scaleup_gb_per_s:g}", str(g.scaleup_domain),
                          f"{g.nic_gbit_per_s:g}"])
-    console.print(fitted_table(headers, rows, console.width)[0])
+    table, fits = fitted_table(headers, rows, console.width)
+    if not fits:  # narrow terminal: each row's values as `header value` lines, nothing cut
+        table = stacked_table(headers, rows, lines=[[i] for i in range(1, len(headers))])
+    console.print(table)
 
 
 @app.command("schema")
