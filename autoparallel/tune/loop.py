@@ -80,7 +80,9 @@ class _Heartbeat:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        while not self.stop.wait(self.interval_s):
+        # an interval beyond what a wait accepts (OverflowError) waits as long as it can
+        interval = min(float(self.interval_s), threading.TIMEOUT_MAX)
+        while not self.stop.wait(interval):
             try:
                 self.rdb.record_heartbeat(self.trial_id)
             except Exception:  # a transient database error must not end the measurement
