@@ -162,9 +162,11 @@ def test_pareto_objective_refuses_options_it_does_not_use():
 
 
 def test_corrupt_sweep_file_on_resume_is_one_line(tmp_path):
-    out = _write(tmp_path, "sweep.csv", 'model,gpu\n"unterminated\n\x00\x00')
-    _check(["sweep", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq-len", "4096",
-            "--global-batch", "64", "--output", out])
+    from autoparallel.output.frames import SWEEP_COLUMNS
+
+    out = _write(tmp_path, "sweep.csv", ",".join(SWEEP_COLUMNS) + '\n"llama3-8b,h100\n')
+    _refused(["sweep", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq-len", "4096",
+            "--global-batch", "64", "--output", out], "--output", "corrupt")
 
 
 def test_heartbeat_with_an_interval_beyond_wait_limits_keeps_running():

@@ -31,6 +31,9 @@ def _load(runs: str | None, include_fp16: bool, stack: str | None):
     from ..presets import load_stack
     from ..validation.runs import load_cases, read_runs
 
+    if runs is not None and not runs.strip():
+        raise SpecError("`--runs` is empty: give a runs CSV, or leave it out for the shipped "
+                        "published runs")
     path = runs or str(PUBLISHED_RUNS)
     frame = read_runs(path)
     cases, skipped = load_cases(frame, allow_fp16=include_fp16)
