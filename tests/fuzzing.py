@@ -154,15 +154,18 @@ def other_command_args(draw) -> list[str]:
     if cmd == "tune":
         flag = draw(st.sampled_from(["--workers", "--trials", "--candidates", "--seeds", "--timeout",
                                      "--heartbeat", "--grace", "--max-retry", "--seed"]))
-        return ["tune", *BASE, "--measure", "true", flag, draw(bad_number), "--format", "json"]
+        # `true` measures nothing (each trial fails at once); two candidates bound the work
+        return ["tune", *BASE, "--measure", "true", "--candidates", "2", flag, draw(bad_number),
+                "--format", "json"]
     if cmd == "capacity":
         flag = draw(st.sampled_from(["--price", "--mtbf", "--ckpt-write", "--ckpt-restore",
                                      "--power-fraction", "--node-overhead", "--pue", "--deadline",
                                      "--gpus-per-node"]))
-        return ["capacity", "--help"] if flag == "--help" else [
-            "capacity", "--model", "llama3-8b", "--gpu", "h100", "--gpus", draw(st.sampled_from(["8", "8:64:x2", "0", "1e30"])),
-            "--tokens", draw(st.sampled_from(["1e9", "15T", "inf", "-1", "nan"])),
-            "--seq-len", "4096", "--global-batch", "64", flag, draw(bad_number)]
+        return [
+            "capacity", "--model", "llama3-8b", "--gpu", "h100", "--gpus", draw(st.sampled_from(["8", "8:64:x2", "0", "1e30", "8:1048576:+8", "8:99999999:x2"])),
+            "--tokens", draw(st.sampled_from(["1e9", "15T", "inf", "-1", "nan", "1e300", "9e99T"])),
+            "--seq-len", "4096", "--global-batch", "64",
+            flag, ("h100=" if flag == "--price" else "") + draw(bad_number)]
     if cmd == "export":
         flag = draw(st.sampled_from(["--rank", "--dp", "--tp", "--pp", "--time", "--row"]))
         return ["export", *BASE, "--target", draw(st.sampled_from(["megatron", "torchtitan", "x"])),
