@@ -190,3 +190,17 @@ def test_heartbeat_with_an_interval_beyond_wait_limits_keeps_running():
     finally:
         threading.excepthook = hook
     assert raised == []
+
+
+def test_zero3_hint_only_when_zero3_would_fit():
+    """70B on one node: ZeRO-3 over dp = 1 shards nothing (151 GiB needed of 72), so no hint;
+    on 64 GPUs with dp = 64, ZeRO-3 brings the 1,192 GiB of z0 under 72 GiB, so it is hinted."""
+    one_node = ["plan", "--model", "llama3-70b", "--gpu", "h100", "--seq-len", "8192",
+                "--global-batch", "64", "--keep", "0", "--gpus", "8", "--zero", "0,1"]
+    code, err = _check(one_node)
+    assert code == 1 and "closest" in err and "--zero 3" not in err, err
+    wide = ["plan", "--model", "llama3-70b", "--gpu", "h100", "--seq-len", "4096",
+            "--global-batch", "64", "--keep", "0", "--gpus", "64", "--zero", "0", "--tp", "1",
+            "--pp", "1", "--cp", "1"]
+    code, err = _check(wide)
+    assert code == 1 and "try --zero 3" in err, err
