@@ -8,6 +8,10 @@ naming the field, the value, why it is refused and what would work.
 - Sequence length: 2^24 = 16,777,216 tokens; global batch: 2^24 sequences.
 - Any other count or width in a spec (layers, hidden size, heads, experts, axis degrees):
   at most 2^31 - 1, so every product the cost model forms stays exact in int64 and float64.
+- Any non-zero float in a spec (bandwidths, peaks, capacities, knobs, `n_params`): between
+  1e-30 and 1e15 in magnitude, so that no ratio the time model forms overflows.
+- plan `--top`: at most `MAX_TOP_TABLE` rows in a table (rendering is the slow part), more
+  with `--format csv|json`.
 - Enumerated layouts: `MAX_LAYOUTS` rows at any step of the enumeration. Costing a layout
   takes on the order of a kilobyte of arrays, so the limit keeps a plan within a few GiB and
   tens of seconds (Llama-3 405B on 16,384 GPUs enumerates 223,164); beyond it, narrow the
@@ -26,10 +30,13 @@ MAX_GPUS = 2**20
 MAX_SEQ_LEN = 2**24
 MAX_GLOBAL_BATCH = 2**24
 MAX_SPEC_INT = 2**31 - 1
+MIN_SPEC_FLOAT = 1e-30
+MAX_SPEC_FLOAT = 1e15
 MAX_LAYOUTS = 4_000_000
 MAX_WORKERS = 256
 MAX_TRIALS = 1_000_000
 MAX_TOP = 1_000_000
+MAX_TOP_TABLE = 1_000
 MAX_KEEP = 1_000_000
 
 
@@ -54,7 +61,8 @@ def check_float(field: str, value, *, low: float = 0.0, low_open: bool = True,
     if not math.isfinite(value):
         raise SpecError(f"`{field}` = {value}: must be a finite number")
     if value < low or (low_open and value == low):
-        raise SpecError(f"`{field}` = {value}: must be {'>' if low_open else '>='} {low:g}")
+        bound = "positive" if low == 0 and low_open else f"{'>' if low_open else '>='} {low:g}"
+        raise SpecError(f"`{field}` = {value}: must be {bound}")
     if value > high:
         raise SpecError(f"`{field}` = {value}: must be at most {high:g}")
     return float(value)

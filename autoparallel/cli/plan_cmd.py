@@ -16,7 +16,7 @@ from ..search.robust import RANK_BY, why_recommended
 from . import app
 from ..cost.arch import build_arch
 from .render import layout_slug, make_console, params_label, ranked_table
-from ..limits import MAX_KEEP, MAX_TOP, check_int
+from ..limits import MAX_KEEP, MAX_TOP, MAX_TOP_TABLE, check_int
 from .outputs import check_output, working
 from .options import Fmt, ProblemOptions, SearchOptions, with_options
 
@@ -81,7 +81,8 @@ def plan_command(
     rank_by: Annotated[str, typer.Option("--rank-by", help="time (fastest first) or robust (layouts tied with the fastest within the error band, by step x (1 + robustness penalty)).")] = "time",
 ) -> None:
     """Rank every layout that fits, fastest first, and explain the winner."""
-    check_int("--top", top, high=MAX_TOP)
+    check_int("--top", top, high=MAX_TOP if fmt != Fmt.table else MAX_TOP_TABLE,
+              why="" if fmt != Fmt.table else "rows of a table; --format csv or json takes more")
     check_int("--keep", keep, low=0, high=MAX_KEEP, why="each kept layout is an Optuna trial")
     check_output("--plot", plot, plot=True)
     problem = problem.for_target(target).build()

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from ..limits import MAX_SPEC_INT
+from ..limits import MAX_SPEC_FLOAT, MAX_SPEC_INT, MIN_SPEC_FLOAT
 
 
 def _too_big(value: Any) -> bool:
@@ -17,12 +17,20 @@ def _too_big(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_SPEC_INT
 
 
+def _float_out_of_range(value: Any) -> bool:
+    """True for a float outside [`MIN_SPEC_FLOAT`, `MAX_SPEC_FLOAT`] in magnitude (0 is fine):
+    a bandwidth of 1e-313 GB/s or a peak of 1e300 TFLOP/s overflows the time model."""
+    if isinstance(value, (list, tuple)):
+        return any(_float_out_of_range(v) for v in value)
+    return isinstance(value, float) and value != 0 and not MIN_SPEC_FLOAT <= abs(value) <= MAX_SPEC_FLOAT
+
+
 class Spec(BaseModel):
     """Frozen pydantic model that rejects unknown keys; attribute docstrings become schema text.
 
-    Numbers are checked at the edge: floats must be finite (no inf or nan), and no integer
-    may exceed `limits.MAX_SPEC_INT` (2^31 - 1), so the cost model's int64 arithmetic cannot
-    overflow. Specs read from files are validated strictly (`validate_strict`)."""
+    Numbers are checked at the edge: floats must be finite (no inf or nan) and, unless 0,
+    between `limits.MIN_SPEC_FLOAT` and `limits.MAX_SPEC_FLOAT` in magnitude; no integer may
+    exceed `limits.MAX_SPEC_INT` (2^31 - 1), so the cost model's arithmetic cannot overflow. Specs read from files are validated strictly (`validate_strict`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True,
                               allow_inf_nan=False)
@@ -33,6 +41,9 @@ class Spec(BaseModel):
         if _too_big(value):
             raise ValueError(f"larger than {MAX_SPEC_INT:,} (2^31 - 1), the bound on every "
                              "count and width; give a realistic value")
+        if _float_out_of_range(value):
+            raise ValueError(f"outside {MIN_SPEC_FLOAT:g} to {MAX_SPEC_FLOAT:g} in magnitude, the "
+                             "bounds on every number in a spec; give a realistic value")
         return value
 
     @classmethod
