@@ -3,6 +3,7 @@ group is one vectorised evaluation. A malformed row gets an `error` and the othe
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,7 @@ import pandas as pd
 from .errors import AutoParallelError, SpecError
 from .evaluate import _layout_error, evaluate
 from .layouts import LayoutTable
+from .limits import MAX_SPEC_INT
 from .problem import make_problem
 from .rules import Reject
 from .specs.job import JOB_FIELDS, JobSpec
@@ -45,8 +47,11 @@ def _int(row, col):
         number = float(text)
     except ValueError:
         raise SpecError(f"`{col}` = {text!r} is not a number") from None
-    if number != int(number) or number < 1 and col != "zero":
+    if not math.isfinite(number) or number != int(number) or number < 1 and col != "zero":
         raise SpecError(f"`{col}` = {text!r} must be a positive whole number")
+    if number > MAX_SPEC_INT:
+        raise SpecError(f"`{col}` = {text!r}: larger than {MAX_SPEC_INT:,} (2^31 - 1), the bound "
+                        "on every count; give a realistic value")
     return int(number)
 
 
@@ -101,6 +106,8 @@ def read_layouts_csv(path: str | Path) -> pd.DataFrame:
         raise SpecError(f"--input {path}: file not found") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise SpecError(f"--input {path}: not a readable CSV ({exc})") from None
+    except OSError as exc:  # a directory, no permission, ...
+        raise SpecError(f"--input {path}: cannot read ({exc.strerror or exc})") from None
     required = [c for c in INPUT_COLUMNS if c not in _OPTIONAL_DEFAULTS]
     missing = [c for c in required if c not in frame.columns]
     if missing:

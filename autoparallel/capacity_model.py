@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from .errors import SpecError
+from .limits import MAX_GPUS
 
 LLAMA3_INTERRUPTIONS = 419
 LLAMA3_DAYS = 54
@@ -62,7 +63,11 @@ def parse_tokens(text: str | int | float, name: str = "--tokens") -> float:
     if not m or float(m.group(1)) <= 0:
         raise SpecError(f"`{name}` = {text!r}: give a positive number with an optional suffix "
                         "K, M, B or T (e.g. 15T = 15 x 10^12 tokens)")
-    return float(m.group(1)) * _DECIMAL.get(m.group(2).upper(), 1.0)
+    tokens = float(m.group(1)) * _DECIMAL.get(m.group(2).upper(), 1.0)
+    if not tokens <= MAX_TOKENS:
+        raise SpecError(f"`{name}` = {text!r}: more than {MAX_TOKENS:.0e} tokens, the sanity bound "
+                        "(Llama 3 trained on 15T = 1.5e13); give a realistic budget")
+    return tokens
 
 
 def parse_global_batch(text: str | int, seq_len: int) -> int:
@@ -98,8 +103,14 @@ def parse_counts(text: str) -> list[int]:
             if lo < 1 or hi < lo or (op == "x" and k < 2) or (op == "+" and k < 1):
                 raise SpecError(f"`--gpus` range {part!r}: need 1 <= lo <= hi and a step x2 or "
                                 "more, or +1 or more")
+            if hi > MAX_GPUS:
+                raise SpecError(f"`--gpus` range {part!r}: {hi:,} is more than {MAX_GPUS:,} GPUs, "
+                                "the bound on a job")
             n = lo
             while n <= hi:
+                if len(out) >= MAX_COUNTS:
+                    raise SpecError(f"`--gpus` range {part!r}: more than {MAX_COUNTS:,} GPU counts "
+                                    "(each is a plan); use a larger step")
                 out.append(n)
                 n = n * k if op == "x" else n + k
         elif re.fullmatch(r"[0-9]+", part) and int(part) > 0:
@@ -110,10 +121,16 @@ def parse_counts(text: str) -> list[int]:
     return sorted(set(out))
 
 
+MAX_TOKENS = 1e18
+"""Sanity bound on a token budget (five orders above the largest published run's 1.5e13)."""
+MAX_COUNTS = 4096
+"""Most GPU counts one `capacity` call plans (each count is a full search)."""
+
+
 def parse_duration(text: str) -> float:
     """'30d', '720h', '2w' -> days."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([dhw])\s*", str(text), re.I)
-    if not m or float(m.group(1)) <= 0:
+    if not m or not 0 < float(m.group(1)) < 1e9:
         raise SpecError(f"`--deadline` = {text!r}: give a duration such as 30d, 720h or 4w")
     return float(m.group(1)) * {"d": 1.0, "h": 1 / 24, "w": 7.0}[m.group(2).lower()]
 
@@ -129,8 +146,8 @@ def parse_prices(text: str | None, gpus: Sequence[str]) -> dict[str, float]:
             out[name.strip()] = float(value)
         except ValueError:
             raise SpecError(f"`--price` {part!r}: write gpu=price per GPU-hour, e.g. h100=2.1") from None
-        if out[name.strip()] < 0:
-            raise SpecError(f"`--price` {part!r}: a price cannot be negative")
+        if not 0 <= out[name.strip()] < math.inf:
+            raise SpecError(f"`--price` {part!r}: a price must be a finite number >= 0")
     unknown = sorted(set(out) - set(gpus))
     if unknown:
         raise SpecError(f"`--price` names {', '.join(unknown)}, not among --gpu ({', '.join(gpus)})")
@@ -149,11 +166,18 @@ class Assumptions:
     pue: float = PUE
 
     def check(self) -> None:
-        for name, lo in (("mtbf_gpu_hours", 0.0), ("ckpt_write_s", 0.0), ("ckpt_restore_s", 0.0),
-                         ("power_fraction", 0.0), ("node_overhead", 0.0), ("pue", 1.0)):
+        # upper bounds are sanity bounds far beyond any real value (a week-long checkpoint,
+        # twice the TDP, ten times the host power, a PUE of 10)
+        week = 7 * 86400.0
+        for name, lo, hi in (("mtbf_gpu_hours", 0.0, 1e12), ("ckpt_write_s", 0.0, week),
+                             ("ckpt_restore_s", 0.0, week), ("power_fraction", 0.0, 2.0),
+                             ("node_overhead", 0.0, 10.0), ("pue", 1.0, 10.0)):
             v = getattr(self, name)
             if not (v >= lo) or math.isinf(v) or (name in ("mtbf_gpu_hours",) and v <= 0):
                 raise SpecError(f"`{name}` = {v}: must be {'> 0' if name == 'mtbf_gpu_hours' else f'>= {lo}'}")
+            if v > hi:
+                raise SpecError(f"`{name}` = {v:g}: beyond the sanity bound {hi:g}; give a "
+                                "realistic value")
 
 
 def goodput(n_gpus: int, a: Assumptions) -> tuple[float, float, float]:

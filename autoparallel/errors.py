@@ -33,6 +33,8 @@ class InputWarning(UserWarning):
 
 def format_validation_error(exc, source: str) -> str:
     """Turn a pydantic ValidationError into readable lines: `field` (value): why."""
+    if not hasattr(exc, "errors"):  # a plain ValueError raised while building the spec
+        return f"{source}: {exc}"
     lines = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")

@@ -12,6 +12,7 @@ from ..errors import SpecError
 from ..evaluate import estimate
 from ..specs.layout import Layout, Recompute
 from . import app
+from .outputs import check_output
 from .options import Fmt, ProblemOptions, with_problem_options
 from .render import print_estimate
 
@@ -38,6 +39,7 @@ def estimate_command(
     output: Annotated[Optional[str], typer.Option("--output", help="Batch mode: CSV to write (default stdout).", show_default=False)] = None,
 ) -> None:
     """Memory per GPU and time per step of one layout, each as a breakdown."""
+    check_output("--output", output)
     if input is not None:
         from ..batch import read_layouts_csv, score_frame
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from typing import Annotated, Optional
 
 import typer
@@ -15,6 +16,8 @@ from ..search.robust import RANK_BY, why_recommended
 from . import app
 from ..cost.arch import build_arch
 from .render import layout_slug, make_console, params_label, ranked_table
+from ..limits import MAX_KEEP, MAX_TOP, MAX_TOP_TABLE, check_int
+from .outputs import check_output, working
 from .options import Fmt, ProblemOptions, SearchOptions, with_options
 
 def print_plan(result, console: Console, vs=None) -> None:
@@ -78,8 +81,10 @@ def plan_command(
     rank_by: Annotated[str, typer.Option("--rank-by", help="time (fastest first) or robust (layouts tied with the fastest within the error band, by step x (1 + robustness penalty)).")] = "time",
 ) -> None:
     """Rank every layout that fits, fastest first, and explain the winner."""
-    if top < 1:
-        raise SpecError(f"`--top` = {top}: must be at least 1")
+    check_int("--top", top, high=MAX_TOP if fmt != Fmt.table else MAX_TOP_TABLE,
+              why="" if fmt != Fmt.table else "rows of a table; --format csv or json takes more")
+    check_int("--keep", keep, low=0, high=MAX_KEEP, why="each kept layout is an Optuna trial")
+    check_output("--plot", plot, plot=True)
     problem = problem.for_target(target).build()
     sp_space = search.search_space()
     rules = search.rules()
@@ -89,14 +94,24 @@ def plan_command(
     if len(objectives) == 2:
         from .pareto_cmd import run_pareto
 
+        ignored = [flag for flag, given in (
+            ("--target", target is not None), ("--plot", plot is not None),
+            ("--versus", versus_slug is not None), ("--rank-by robust", rank_by != "time"),
+            ("--top", top != 10 and objectives[1] == "memory")) if given]
+        if ignored:
+            raise SpecError(f"`--objective {objective}` gives a Pareto front and does not "
+                            f"use {', '.join(ignored)}; drop {'it' if len(ignored) == 1 else 'them'}, "
+                            "or use --objective time")
+
         run_pareto(problem, sp_space, rules, objectives[1], top, fmt, storage, study)
         return
     if rank_by not in RANK_BY:
         raise SpecError(f"`--rank-by` = {rank_by!r}: choose {' or '.join(RANK_BY)}")
     if keep < 0:
         raise SpecError(f"`--keep` = {keep}: must be 0 (no Optuna study) or more")
-    result = plan(problem, sp_space, top=top, rules=rules, keep=keep, storage=storage,
-                  study_name=study, with_study=keep > 0, target=target, rank_by=rank_by)
+    with working(f"planning; storing up to {keep:,} layouts in {storage}") if storage else nullcontext():
+        result = plan(problem, sp_space, top=top, rules=rules, keep=keep, storage=storage,
+                      study_name=study, with_study=keep > 0, target=target, rank_by=rank_by)
     if fmt == Fmt.json:
         typer.echo(json.dumps(result.to_json(), indent=2))
     elif fmt == Fmt.csv:

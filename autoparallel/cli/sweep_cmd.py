@@ -11,6 +11,7 @@ from ..errors import SpecError
 from ..search.space import parse_int_list
 from ..search.sweep import SweepSpec, load_sweep_file, run_sweep
 from . import app
+from .outputs import check_output
 from .options import JobOptions, SearchOptions, with_options
 
 
@@ -43,6 +44,7 @@ def sweep_command(
     job = job.for_target(target)
     if not output:
         raise SpecError("missing --output: a sweep writes a CSV (it resumes when the file exists)")
+    check_output("--output", output)
     if sweep_file:
         spec, space = load_sweep_file(sweep_file)
     else:

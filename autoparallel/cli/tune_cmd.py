@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import SpecError
+from ..limits import MAX_TRIALS, MAX_WORKERS, check_float, check_int
+from .outputs import check_output
 from ..tune import TuneConfig, TuneResult, tune
 from ..tune.calibrate import write_profile
 from ..tune.command import CommandTemplate
@@ -105,13 +107,16 @@ def tune_command(
         raise SpecError(f"`--sampler` = {sampler!r}: choose from {', '.join(SAMPLERS)}")
     if fmt == Fmt.csv:
         raise SpecError("`--format csv` is not available for tune: use table or json")
-    for flag, value, low in (("--trials", trials, 0), ("--workers", workers, 1),
-                             ("--candidates", candidates, 1), ("--seeds", seeds, 0),
-                             ("--heartbeat", heartbeat, 1), ("--max-retry", max_retry, 0)):
-        if value < low:
-            raise SpecError(f"`{flag}` = {value}: must be at least {low}")
-    if timeout <= 0:
-        raise SpecError(f"`--timeout` = {timeout}: must be positive (seconds)")
+    day = 86_400
+    for flag, value, low, high in (("--trials", trials, 0, MAX_TRIALS), ("--workers", workers, 1, MAX_WORKERS),
+                                   ("--candidates", candidates, 1, MAX_TRIALS), ("--seeds", seeds, 0, MAX_TRIALS),
+                                   ("--heartbeat", heartbeat, 1, day), ("--grace", grace, 1, 7 * day),
+                                   ("--max-retry", max_retry, 0, 1000)):
+        check_int(flag, value, low=low, high=high)
+    check_float("--timeout", timeout, high=30 * day)
+    if seed is not None:  # numpy and Optuna seeds are 32-bit
+        check_int("--seed", seed, low=0, high=2**32 - 1)
+    check_output("--profile-out", profile_out, suffixes=(".toml",))
     if grace <= heartbeat:
         raise SpecError(f"`--grace` ({grace} s) must exceed `--heartbeat` ({heartbeat} s)")
     problem = problem.build()

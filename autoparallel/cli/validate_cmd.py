@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from rich.table import Table
 
 from ..errors import SpecError
 from . import app
+from .outputs import check_output, working
 from .render import fitted_table, make_console, stacked_table
 
 RunsOpt = Annotated[Optional[str], typer.Option("--runs", help="CSV of measured runs (columns of the shipped autoparallel/data/published_runs.csv, the default).", show_default=False)]
@@ -29,6 +31,9 @@ def _load(runs: str | None, include_fp16: bool, stack: str | None):
     from ..presets import load_stack
     from ..validation.runs import load_cases, read_runs
 
+    if runs is not None and not runs.strip():
+        raise SpecError("`--runs` is empty: give a runs CSV, or leave it out for the shipped "
+                        "published runs")
     path = runs or str(PUBLISHED_RUNS)
     frame = read_runs(path)
     cases, skipped = load_cases(frame, allow_fp16=include_fp16)
@@ -197,14 +202,19 @@ def validate_command(
     from ..validation.report import plot as draw
     from ..validation.report import predict
 
+    check_output("--output", output)
+    check_output("--plot", plot, plot=True)
     runs, frame, cases, skipped = _load(runs, include_fp16, stack)
     profiles = profiles_from_files(profile or [])
     console = _console()
     only = f" (stack {cases[0].stack})" if stack and cases else ""
     console.print(f"runs: {runs}")
     console.print(f"{len(frame)} rows: {len(cases)} used{only}, {len(skipped)} skipped")
-    pred = predict(cases, profiles)
-    _print_report(console, pred, skipped, "step-time error per source (prediction / measurement - 1)")
+    with working(f"predicting {len(cases)} runs"):
+        pred = predict(cases, profiles)
+    _print_report(console, pred, skipped, "step-time error per source (prediction / measurement "
+                  "- 1); in-sample where the run's stack profile was fitted on this file's runs; "
+                  "out-of-sample figures: benchmarks/validate.py (leave-one-source-out)")
     if output:
         pred.to_csv(output, index=False)
         console.print(f"per-run report -> {output}")
@@ -238,14 +248,16 @@ def calibrate_command(
 
     if loss not in ("soft_l1", "huber", "cauchy", "arctan", "linear"):
         raise SpecError(f"--loss {loss!r}: use soft_l1, huber, cauchy, arctan or linear")
-    if prior_weight < 0:
-        raise SpecError("--prior-weight must be >= 0")
+    if not math.isfinite(prior_weight) or prior_weight < 0:
+        raise SpecError(f"`--prior-weight` = {prior_weight}: must be a finite number >= 0")
+    check_output("--output", output, suffixes=(".toml",))
     names = check_knobs([k.strip() for k in knobs.split(",") if k.strip()]) if knobs else DEFAULT_KNOBS
     preset = load_gpu(gpu).name
     grp = (preset,) + tuple(g for g in group_of(preset) if g != preset)
     runs, _, cases, skipped = _load(runs, include_fp16, stack)
     stack_name = cases[0].stack if stack and cases else None
-    result, chosen = fit_group(cases, grp, knobs=names, loss=loss, prior_weight=prior_weight)
+    with working(f"fitting {', '.join(names)} to the runs of {', '.join(grp)}"):
+        result, chosen = fit_group(cases, grp, knobs=names, loss=loss, prior_weight=prior_weight)
     console = _console()
     base = load_gpu(preset).reference()
     t = Table(title=f"fitted knobs ({len(chosen)} runs of {', '.join(grp)})", title_justify="left")
@@ -260,7 +272,8 @@ def calibrate_command(
     console.print(*summary_tables(summary(in_sample), "in-sample error (fitted on these runs)", console.width))
     extra = {}
     if loso and len(sources) > 1:
-        held, _ = loso_predictions(chosen, grp, knobs=names, loss=loss, prior_weight=prior_weight)
+        with working(f"leave-one-source-out: one fit per source ({len(sources)})"):
+            held, _ = loso_predictions(chosen, grp, knobs=names, loss=loss, prior_weight=prior_weight)
         summ = summary(held)
         console.print(*summary_tables(summ, "leave-one-source-out error (each source predicted by a fit to the others)", console.width))
         overall = summ[summ["source"] == "ALL"].iloc[0]

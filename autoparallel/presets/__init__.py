@@ -44,6 +44,23 @@ def list_stacks() -> list[str]:
     return _names("stacks")
 
 
+MAX_NESTING = 32
+"""Deepest nesting of brackets/braces a spec file may have (specs are a few tables deep)."""
+
+
+def _depth(text: str) -> int:
+    """Deepest nesting of [ and { in `text`, counted without parsing (strings included, which
+    only overestimates), so that a hostile file cannot exhaust the parser's recursion."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+    return deepest
+
+
 def read_table(path: Path) -> dict:
     """Read a TOML or JSON file into a dict, with readable errors."""
     try:
@@ -54,6 +71,9 @@ def read_table(path: Path) -> dict:
         raise SpecError(f"{path}: not a text file (expected TOML or JSON)") from None
     except OSError as exc:
         raise SpecError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if _depth(text) > MAX_NESTING:
+        raise SpecError(f"{path}: nested more than {MAX_NESTING} levels deep; a spec file is a "
+                        "few tables deep")
     try:
         if path.suffix.lower() == ".json":
             data = json.loads(text)
@@ -61,6 +81,8 @@ def read_table(path: Path) -> dict:
             data = tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
         raise SpecError(f"{path}: not valid {path.suffix.lstrip('.').upper() or 'TOML'}: {exc}") from None
+    except RecursionError:
+        raise SpecError(f"{path}: nested too deeply to read (a spec file is a few tables deep)") from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a table of keys at the top level, got {type(data).__name__}")
     return data
@@ -107,7 +129,7 @@ def load_model(ref: str | ModelSpec) -> ModelSpec:
         data.setdefault("name", path.resolve().parent.name or "model")
     data.setdefault("name", path.stem)
     try:
-        model = ModelSpec.model_validate(data)
+        model = ModelSpec.validate_strict(data)
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, f"model ({source})")) from None
     if family:
@@ -124,7 +146,7 @@ def load_gpu(ref: str | GPUSpec) -> GPUSpec:
         return ref
     data, source = _resolve("gpu", str(ref).lower() if str(ref).lower() in list_gpus() else str(ref), list_gpus())
     try:
-        return GPUSpec.model_validate(data)
+        return GPUSpec.validate_strict(data)
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, f"gpu ({source})")) from None
 
@@ -137,7 +159,7 @@ def load_stack(ref: str | StackSpec) -> StackSpec:
     key = str(ref).lower() if str(ref).lower() in names else str(ref)
     data, source = _resolve("stack", key, names)
     try:
-        return StackSpec.model_validate(data)
+        return StackSpec.validate_strict(data)
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, f"stack ({source})")) from None
 
@@ -154,6 +176,6 @@ def load_profile(path: str | Path, base: Profile | None = None) -> Profile:
     knobs = {k: v for k, v in knobs.items() if k not in {"gpu", "meta"}}
     merged = {**(base.model_dump() if base else {}), **knobs}
     try:
-        return Profile.model_validate(merged)
+        return Profile.validate_strict(merged)
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, f"profile ({path})")) from None

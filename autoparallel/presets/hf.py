@@ -26,6 +26,7 @@ import math
 import warnings
 
 from ..errors import InputWarning, SpecError
+from ..limits import MAX_SPEC_INT
 
 GATED_FAMILIES = frozenset({
     "llama", "llama4", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
@@ -79,6 +80,9 @@ class _Reader:
             raise self.fail(key, v, "must be an integer (not a string, boolean or fraction)", fix)
         if v < 0 or (v == 0 and not zero_ok):
             raise self.fail(key, v, f"must be {'0 or more' if zero_ok else 'a positive integer'}", fix)
+        if v > MAX_SPEC_INT:
+            raise self.fail(key, v, f"larger than {MAX_SPEC_INT:,} (2^31 - 1), the bound on every "
+                            "count and width", fix)
         return v
 
     def first_count(self, keys: tuple[str, ...], **kw) -> int | None:

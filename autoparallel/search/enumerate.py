@@ -8,6 +8,11 @@ micro-batches dividing the per-replica batch, each pipeline schedule with the ch
 runs). Each (pp, vp) gets the even split where it exists and the time-balanced uneven splits
 (`splits.balanced_splits`). Rules that reject candidates (heads, sequence, placement, ...) run
 later.
+
+Two guards keep bad input from reaching numpy: before each cross product is built its size is
+checked against `limits.MAX_LAYOUTS` (beyond it: a SpecError with the estimated count and the
+options that narrow it, or the sampler path), and a filter given by the user that leaves no
+candidate is a SpecError naming the filter and the values that would work.
 """
 
 from __future__ import annotations
@@ -15,7 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..cost.arch import build_arch
+from ..errors import SpecError
 from ..layouts import ALL_LAYERS, COLUMNS, LayoutTable
+from ..limits import MAX_LAYOUTS
 from ..specs.layout import RECOMPUTE_CODES, SCHEDULE_CODES, Schedule
 from ..specs.problem import Problem
 from .space import SearchSpace
@@ -32,10 +39,20 @@ def divisors(n: int) -> np.ndarray:
     return np.unique(np.concatenate([small, n // small]))
 
 
+class _TooMany(Exception):
+    """A cross product would exceed `MAX_LAYOUTS` rows (caught by `enumerate_layouts`)."""
+
+    def __init__(self, rows: int):
+        self.rows = rows
+
+
 def _cross(base: dict[str, np.ndarray], name: str, values) -> dict[str, np.ndarray]:
-    """Cartesian product of the rows of `base` with `values` as a new column."""
+    """Cartesian product of the rows of `base` with `values` as a new column (refused, before
+    it is built, when it would exceed `MAX_LAYOUTS` rows)."""
     values = np.asarray(values, dtype=np.int64)
     n = len(next(iter(base.values())))
+    if n * len(values) > MAX_LAYOUTS:
+        raise _TooMany(n * len(values))
     out = {k: np.repeat(v, len(values)) for k, v in base.items()}
     out[name] = np.tile(values, n)
     return out
@@ -45,9 +62,42 @@ def _keep(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray
     return {k: v[mask] for k, v in cols.items()}
 
 
+def _too_many_message(rows: int, problem: Problem, space: SearchSpace) -> str:
+    given = [a for a in ("tp", "pp", "cp", "vp", "micro_batch") if getattr(space, a) is not None]
+    free = [f"--{a.replace('_', '-')}" for a in ("tp", "pp", "cp", "vp", "micro_batch", "zero",
+                                                 "recompute", "schedule") if a not in given]
+    return (f"enumerating the layouts of {problem.cluster.n_gpus:,} GPUs would build {rows:,} "
+            f"candidate rows at one step, more than the limit {MAX_LAYOUTS:,} (limits.py); "
+            f"narrow it with {', '.join(free[:5])} (e.g. --tp 1,2,4,8 --pp 1,2,4,8), or search it "
+            "with the sampler (autoparallel.search.sampler.sample_search)")
+
+
+def _nonempty(cols: dict[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
+    """`cols` unchanged, or a SpecError when a filter of the user's left no candidate."""
+    if len(next(iter(cols.values()))) == 0:
+        raise SpecError(f"no layout is left: {what}")
+    return cols
+
+
+def _values(space: SearchSpace, axis: str) -> str:
+    return ",".join(str(getattr(v, "value", v)) for v in getattr(space, axis))
+
+
 def enumerate_layouts(problem: Problem, space: SearchSpace | None = None) -> LayoutTable:
-    """Every candidate layout of `problem` allowed by `space`, as a `LayoutTable`."""
+    """Every candidate layout of `problem` allowed by `space`, as a `LayoutTable`.
+
+    Raises:
+        SpecError: the space would exceed `limits.MAX_LAYOUTS` rows, or an axis filter of the
+            space leaves no candidate (the message names the filter and values that work).
+    """
     space = space or SearchSpace()
+    try:
+        return _enumerate(problem, space)
+    except _TooMany as exc:
+        raise SpecError(_too_many_message(exc.rows, problem, space)) from None
+
+
+def _enumerate(problem: Problem, space: SearchSpace) -> LayoutTable:
     n = problem.cluster.n_gpus
     model = problem.model
     L = model.n_layers
@@ -62,19 +112,28 @@ def enumerate_layouts(problem: Problem, space: SearchSpace | None = None) -> Lay
     # (tp, pp, cp) with tp * pp * cp dividing n; dp derived
     cols = {"tp": pick("tp", div_n)}
     cols = _cross(cols, "pp", pick("pp", div_n))
+    cols = _keep(cols, n % (cols["tp"] * cols["pp"]) == 0)  # implied below; keeps the cross small
     cols = _cross(cols, "cp", pick("cp", div_n))
     mp = cols["tp"] * cols["pp"] * cols["cp"]
     cols = _keep(cols, n % mp == 0)
+    given = [a for a in ("tp", "pp", "cp") if getattr(space, a) is not None]
+    _nonempty(cols, " and ".join(f"--{a} {_values(space, a)}" for a in given)
+              + f": tp x pp x cp must divide the {n:,} GPUs; degrees that divide it: "
+              + ",".join(str(int(d)) for d in div_n[:24]) + ("..." if len(div_n) > 24 else ""))
     cols["dp"] = n // (cols["tp"] * cols["pp"] * cols["cp"])
 
     # vp: chunks the layers split into (evenly, or unevenly with vp dividing each stage), and 2
     # for the V schedules; vp > 1 only with pp > 1
     if space.stage_layers is not None:
         cols = _keep(cols, cols["pp"] == len(space.stage_layers))
+        _nonempty(cols, f"--stage-layers gives {len(space.stage_layers)} pipeline stages, which "
+                  f"the pipeline degrees allowed (--pp, dividing the {n:,} GPUs) do not include")
     vp_auto = np.union1d(divisors(L), [2])
     vp_auto = vp_auto[vp_auto <= space.max_vp]
     cols = _cross(cols, "vp", pick("vp", vp_auto))
     cols = _keep(cols, (cols["vp"] == 1) | (cols["pp"] > 1))
+    _nonempty(cols, f"--vp {_values(space, 'vp') if space.vp else ''}: more than one virtual stage "
+              "needs a pipeline (pp > 1); allow a pp > 1 or give --vp 1")
     cols = _with_splits(cols, problem, space)
 
     # schedule: each with the chunk count it runs; only 1F1B without a pipeline
@@ -84,6 +143,9 @@ def enumerate_layouts(problem: Problem, space: SearchSpace | None = None) -> Lay
     sch_ok = np.where(need == 0, cols["vp"] > 1, cols["vp"] == need)
     sch_ok &= (cols["pp"] > 1) | (cols["sch"] == 0)
     cols = _keep(cols, sch_ok & ~_dominated(cols, codes, n_experts > 0))
+    _nonempty(cols, f"--schedule {_values(space, 'schedule') if space.schedule else ''}: "
+              "1f1b needs vp = 1; interleaved needs pp > 1 and vp > 1; zb-h1 and dualpipe "
+              "need pp > 1 and vp = 1; zbv and dualpipev need pp > 1 and vp = 2")
 
     # ep: divides the experts and dp * cp; 1 for dense models
     ep_auto = divisors(n_experts) if n_experts else np.array([1])
@@ -93,6 +155,10 @@ def enumerate_layouts(problem: Problem, space: SearchSpace | None = None) -> Lay
     else:
         ep_ok = cols["ep"] == 1
     cols = _keep(cols, ep_ok)
+    _nonempty(cols, f"--ep {_values(space, 'ep') if space.ep else ''}: "
+              + (f"ep must divide the {n_experts} experts and dp x cp; degrees that divide the "
+                 f"experts: {','.join(str(int(d)) for d in ep_auto)}" if n_experts else
+                 "the model has no experts, so ep must be 1"))
 
     cols = _cross(cols, "zero", pick("zero", [0, 1, 2, 3]))
     rc_values = [RECOMPUTE_CODES[r] for r in (space.recompute or RECOMPUTE_CODES)]
@@ -108,8 +174,14 @@ def enumerate_layouts(problem: Problem, space: SearchSpace | None = None) -> Lay
     mb_auto = mb_auto[mb_auto <= space.max_micro_batch]
     cols = _cross(cols, "mb", pick("micro_batch", mb_auto))
     replica_ok = B % cols["dp"] == 0
+    if len(cols["mb"]) == 0:
+        _nonempty(cols, "no micro-batch size to try")
     mb_ok = np.where(replica_ok, (B // cols["dp"]) % cols["mb"] == 0, cols["mb"] == cols["mb"].min())
     cols = _keep(cols, mb_ok)
+    _nonempty(cols, f"--micro-batch {_values(space, 'micro_batch') if space.micro_batch else ''}: "
+              f"a micro-batch must divide the per-replica batch (global batch {B:,} / dp); "
+              f"sizes that divide the global batch: "
+              + ",".join(str(int(d)) for d in divisors(B)[:16]))
     cols["rn"] = np.full(len(cols["mb"]), ALL_LAYERS, dtype=np.int64)  # full = every layer
     return LayoutTable({k: np.ascontiguousarray(cols[k]) for k in COLUMNS}, L)
 

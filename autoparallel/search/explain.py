@@ -68,12 +68,8 @@ def nothing_fits_message(result) -> str:
     mems = {n: float(ev.memory[n][0]) / GiB for n in MEM_PARTS}
     top = sorted(mems.items(), key=lambda kv: -kv[1])[:2]
     parts = ", ".join(f"{n} {v:.1f}" for n, v in top)
-    hints = []
+    hints = _fitting_changes(p, ev)
     t = ev.table
-    if int(t["rc"][0]) != 2:
-        hints.append("--recompute full")
-    if int(t["zero"][0]) < 3:
-        hints.append("--zero 3")
     if top[0][0] == "activations" and int(t["mb"][0]) > 1:
         hints.append("--micro-batch 1")
     hints.append("more GPUs")
@@ -97,6 +93,36 @@ def overflow(ev, i: int) -> str:
     text = f"{label} overflows by {over[worst]:.1f} GiB ({figure} peak)"
     others = [f"{n} {'+' if v > 0 else ''}{v:.1f}" for n, v in over.items() if n != worst]
     return text + (f"; other stages: {', '.join(others)} GiB" if others else "")
+
+
+def _fitting_changes(problem, ev: Evaluation) -> list[str]:
+    """The hints among `--recompute full`, `--zero 3` and both together that make one of the
+    nearest misses fit (memory ledger within the usable memory, default rules kept): a hint
+    is only given when it would actually fit."""
+    from ..cost.arch import build_arch
+    from ..cost.memory import memory_ledger
+    from ..layouts import LayoutTable
+    from ..rules import active_rules, check_rules
+
+    arch = build_arch(problem.model)
+    t = ev.table
+
+    def fits(**changes) -> bool:
+        cols = {k: (np.full(len(t), v, dtype=np.int64) if k in changes else t[k])
+                for k, v in ((k, changes.get(k)) for k in t.columns)}
+        table = LayoutTable(cols, t.n_layers)
+        ok = check_rules(problem, arch, table, active_rules()) == 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mem = memory_ledger(problem, arch, table)
+        return bool(np.any(ok & (mem["total"] <= mem["usable"])))
+
+    recompute = bool(np.any(t["rc"] != 2)) and fits(rc=2)
+    zero3 = bool(np.any(t["zero"] < 3)) and fits(zero=3)
+    if recompute or zero3:
+        return [h for h, ok in (("--recompute full", recompute), ("--zero 3", zero3)) if ok]
+    if bool(np.any((t["rc"] != 2) | (t["zero"] < 3))) and fits(rc=2, zero=3):
+        return ["--recompute full --zero 3"]
+    return []
 
 
 def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -86,7 +86,9 @@ def load_space(path: str | Path) -> SearchSpace:
     data = read_table(Path(path))
     table = data.get("space", data)
     try:
-        return SearchSpace.model_validate(table)
+        if not isinstance(table, dict):
+            raise SpecError(f"search space ({path}): `space` must be a table of axes")
+        return SearchSpace.validate_strict(table)
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, f"search space ({path})")) from None
 

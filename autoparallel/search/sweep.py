@@ -54,8 +54,11 @@ def load_sweep_file(path: str | Path) -> tuple[SweepSpec, SearchSpace]:
     if unknown:
         raise SpecError(f"{path}: unknown table(s) {sorted(unknown)}; allowed: [sweep], [space]")
     try:
-        spec = SweepSpec.model_validate(data["sweep"])
-        space = SearchSpace.model_validate(data.get("space", {}))
+        for table in ("sweep", "space"):
+            if not isinstance(data.get(table, {}), dict):
+                raise SpecError(f"{path}: [{table}] must be a table of keys")
+        spec = SweepSpec.validate_strict(data["sweep"])
+        space = SearchSpace.validate_strict(data.get("space", {}))
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, f"sweep file ({path})")) from None
     return spec, space
@@ -92,11 +95,16 @@ def _prepare_output(path: Path) -> set[tuple[str, ...]]:
         raw = raw[:cut]
     if not raw:
         return set()
-    header = raw.split(b"\n", 1)[0].decode().strip().split(",")
+    header = raw.split(b"\n", 1)[0].decode("utf-8", errors="replace").strip().split(",")
     if header != list(SWEEP_COLUMNS):
         raise SpecError(f"--output {path}: exists with a different column schema; choose another "
                         "file or remove it")
-    done = pd.read_csv(io.BytesIO(raw), dtype=str, keep_default_na=False)
+    try:
+        done = pd.read_csv(io.BytesIO(raw), dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SpecError(f"--output {path}: cannot resume, the file is corrupt ({first}); "
+                        "move it away to start afresh") from None
     return {_key(r) for r in done[list(PROBLEM_COLUMNS)].itertuples(index=False)}
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+from pydantic import (Field, NonNegativeFloat, PositiveFloat, PositiveInt, ValidationError,
+                      model_validator)
+
+from ..limits import MAX_GPUS
 
 from ._base import Spec
 
@@ -113,6 +116,13 @@ class GPUSpec(Spec):
             raise ValueError(
                 f"unknown profile knob(s) {sorted(unknown)}; known: {sorted(Profile.model_fields)}"
             )
+        for table, knobs in (("profile", self.profile), ("reference_profile", self.reference_profile)):
+            try:
+                Profile(**(knobs or {}))
+            except ValidationError as exc:  # name the knob, its value and its range
+                err = exc.errors()[0]
+                knob = ".".join(str(p) for p in err["loc"])
+                raise ValueError(f"`{table}.{knob}` = {err.get('input')!r}: {err['msg']}") from None
         return self
 
     def default_profile(self) -> Profile:
@@ -129,8 +139,8 @@ class ClusterSpec(Spec):
 
     gpu: GPUSpec
     """The GPU kind."""
-    n_gpus: PositiveInt
-    """GPUs in the job."""
+    n_gpus: PositiveInt = Field(le=MAX_GPUS)
+    """GPUs in the job (at most 2^20, `limits.MAX_GPUS`)."""
     gpus_per_node: PositiveInt = 8
     """GPUs per server."""
     intra_gb_per_s: PositiveFloat | None = None

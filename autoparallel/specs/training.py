@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt
 
+from ..limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from ._base import Spec
 from .precision import PrecisionName
 
@@ -13,10 +14,10 @@ from .precision import PrecisionName
 class TrainingSpec(Spec):
     """One training job. Batch sizes count sequences."""
 
-    seq_len: PositiveInt
-    """Tokens per sequence s."""
-    global_batch: PositiveInt
-    """Sequences per optimizer step (global batch size)."""
+    seq_len: PositiveInt = Field(le=MAX_SEQ_LEN)
+    """Tokens per sequence s (at most 2^24, `limits.MAX_SEQ_LEN`)."""
+    global_batch: PositiveInt = Field(le=MAX_GLOBAL_BATCH)
+    """Sequences per optimizer step (global batch size; at most 2^24, `limits.MAX_GLOBAL_BATCH`)."""
     grad_dtype: Literal["bf16", "fp32"] = "bf16"
     """Gradient storage: `bf16` gives the seed's 16 bytes/parameter (2 param + 2 grad + 12 Adam);
     `fp32` gives Megatron's 18 (main grads kept in fp32; reference §1.2)."""

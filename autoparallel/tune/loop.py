@@ -80,7 +80,9 @@ class _Heartbeat:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        while not self.stop.wait(self.interval_s):
+        # an interval beyond what a wait accepts (OverflowError) waits as long as it can
+        interval = min(float(self.interval_s), threading.TIMEOUT_MAX)
+        while not self.stop.wait(interval):
             try:
                 self.rdb.record_heartbeat(self.trial_id)
             except Exception:  # a transient database error must not end the measurement
@@ -236,7 +238,10 @@ def recover_lost(s: TuneSession) -> bool:
     except Exception:  # the heartbeat table could not be read: leave as before
         return False
     first_seen = time.monotonic()
-    while watch and not s.stop.is_set():
+    # a heartbeat stamped in the future (a skewed clock) never goes stale: stop waiting once a
+    # normal one would have (grace period plus two intervals)
+    give_up = first_seen + float(s.config.grace_period_s) + 2 * interval
+    while watch and not s.stop.is_set() and time.monotonic() < give_up:
         if _fail_stale(s):
             return True
         try:

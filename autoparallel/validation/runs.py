@@ -190,6 +190,8 @@ def read_runs(path) -> pd.DataFrame:
         raise SpecError(f"--runs {path}: file not found") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise SpecError(f"--runs {path}: not a readable CSV ({str(exc).strip()})") from None
+    except OSError as exc:  # a directory, no permission, ...
+        raise SpecError(f"--runs {path}: cannot read ({exc.strerror or exc})") from None
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
         raise SpecError(f"--runs {path}: missing column(s) {', '.join(missing)}; a runs file needs "
