@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from autoparallel import Layout, estimate, make_problem
+from autoparallel.specs.layout import Schedule
 from autoparallel.cost.arch import build_arch
 from autoparallel.cost.stages import _held
 from autoparallel.cost.time import pipeline_bubble
@@ -478,8 +479,13 @@ def test_zbv_closed_form_bounds_a_v_schedule_from_below(p, m):
 
 def test_schedules_as_a_search_axis():
     p = make_problem("llama3-70b", "h100", 256, 8192, 512)
+    every = [s.value for s in Schedule]
     t = enumerate_layouts(p, SearchSpace(tp=[8], pp=[4], cp=[1], zero=[1], recompute=["none"],
-                                         sp=[True], micro_batch=[1]))
+                                         sp=[True], micro_batch=[1], schedule=every))
+    # by default only the schedules the job's stack implements (megatron-core: 1F1B, interleaved)
+    default = enumerate_layouts(p, SearchSpace(tp=[8], pp=[4], cp=[1], zero=[1],
+                                               recompute=["none"], sp=[True], micro_batch=[1]))
+    assert set(default["sch"].tolist()) == {0, 1}
     # 80 layers on pp 4: 1F1B is pruned behind ZB-H1 (same memory, smaller bubble), interleaved
     # vp 2 behind ZB-V, DualPipeV behind ZB-V (dense model)
     got = {(int(t["vp"][i]), int(t["sch"][i])) for i in range(len(t))}

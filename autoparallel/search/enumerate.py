@@ -136,8 +136,12 @@ def _enumerate(problem: Problem, space: SearchSpace) -> LayoutTable:
               "needs a pipeline (pp > 1); allow a pp > 1 or give --vp 1")
     cols = _with_splits(cols, problem, space)
 
-    # schedule: each with the chunk count it runs; only 1F1B without a pipeline
-    codes = [SCHEDULE_CODES[Schedule(x)] for x in (space.schedule or list(Schedule))]
+    # schedule: each with the chunk count it runs; only 1F1B without a pipeline. By default the
+    # schedules the job's software stack implements (StackSpec.schedules); --schedule may go
+    # beyond them on purpose
+    known = {x.value for x in Schedule}
+    default = [Schedule(x) for x in problem.stack.schedules if x in known] or list(Schedule)
+    codes = [SCHEDULE_CODES[Schedule(x)] for x in (space.schedule or default)]
     cols = _cross(cols, "sch", codes)
     need = _SCHEDULE_VP[cols["sch"]]
     sch_ok = np.where(need == 0, cols["vp"] > 1, cols["vp"] == need)
