@@ -100,6 +100,8 @@ def megatron_parser() -> _Parser:
     vp.add_argument("--num-layers-per-virtual-pipeline-stage", type=int, default=None)
     vp.add_argument("--num-virtual-stages-per-pipeline-rank", type=int, default=None)
     vp.add_argument("--pipeline-model-parallel-layout", default=None)
+    a("--decoder-first-pipeline-num-layers", type=int, default=None)
+    a("--decoder-last-pipeline-num-layers", type=int, default=None)
     a("--context-parallel-size", type=int, default=1)
     a("--cp-comm-type", nargs="+", default=["p2p"])
     a("--expert-model-parallel-size", type=int, default=1)
@@ -182,7 +184,22 @@ def megatron_layout(words: list[str], world: int, env: dict) -> dict:
     if cp > 1:
         _need(g.seq_length % (2 * cp) == 0, "seq_length % (2*CP) != 0")
     layers = g.num_layers
-    _need(layers % pp == 0, "num_layers % PP != 0")
+    first, last = g.decoder_first_pipeline_num_layers, g.decoder_last_pipeline_num_layers
+    if first is None and last is None:
+        _need(layers % pp == 0, "num_layers % PP != 0")
+    else:  # uneven split (Megatron validate_args): the middle stages share the rest evenly
+        _need(pp > 1, "first/last pipeline-stage layers need PP > 1")
+        _need(not g.num_layers_per_virtual_pipeline_stage,
+              "uneven PP takes --num-virtual-stages-per-pipeline-rank, not layers per stage")
+        middle = layers - (first or 0) - (last or 0)
+        middle_ranks = pp - (first is not None) - (last is not None)
+        _need(middle >= 0 and (middle_ranks == 0 and middle == 0
+                               or middle_ranks > 0 and middle % middle_ranks == 0),
+              "layers left for the middle stages not divisible by their count")
+        chunks = g.num_virtual_stages_per_pipeline_rank or 1
+        counts = [c for c in (first, last, middle // middle_ranks if middle_ranks else None)
+                  if c is not None]
+        _need(all(c % chunks == 0 for c in counts), "a stage's layers % virtual stages != 0")
     vp = 1
     if g.num_layers_per_virtual_pipeline_stage:
         _need((layers // pp) % g.num_layers_per_virtual_pipeline_stage == 0,

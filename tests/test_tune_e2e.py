@@ -48,7 +48,7 @@ def test_tune_finds_the_true_best_within_its_trial_budget(tmp_path):
 
 
 def test_oom_crash_and_timeout_become_failed_trials_and_the_study_goes_on(tmp_path):
-    truth = make_world(tmp_path / "world.json", 20, oom_gib=60.0)  # ~half the pool over budget
+    truth = make_world(tmp_path / "world.json", 20, oom_gib="median")  # half the pool over budget
     pool = truth["pool"]
     world = json.loads((tmp_path / "world.json").read_text())
     world["hang"] = {"layouts": [pool[0]], "sleep_s": 60}

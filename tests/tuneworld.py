@@ -6,6 +6,8 @@ import shlex
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from autoparallel import make_problem
 from autoparallel.search.plan import plan
 
@@ -53,13 +55,15 @@ def favouring(slugs: list[str], target: str) -> dict:
     return dist
 
 
-def make_world(path: Path, n_candidates: int = 40, *, distortion=None, oom_gib: float = 70.0,
+def make_world(path: Path, n_candidates: int = 40, *, distortion=None, oom_gib: float | str = 70.0,
                noise: float = 0.002, sleep_s: float = 0.05, scale: float = 1.0,
                favour_rank: int | None = None, **extra) -> dict:
     """Write the world file for the first `n_candidates` layouts that `plan` ranks (the pool
     `tune --candidates n_candidates` will use) and return the truth:
     {"pool": [slugs by predicted rank], "true_s": {slug: s}, "oom": set, "best": slug}.
 
+    `oom_gib`: the hidden memory budget, GiB, or "median": the median predicted memory of the
+    pool (about half of it runs out of memory, whatever the cost model predicts).
     `favour_rank`: hide the true best at (about) this predicted rank — the first layout from
     there on that fits the hidden memory budget — with `favouring` as the distortion."""
     res = plan(make_problem(*PROBLEM_ARGS))
@@ -73,6 +77,8 @@ def make_world(path: Path, n_candidates: int = 40, *, distortion=None, oom_gib: 
     for i in range(min(n_candidates, len(mega))):
         predicted.setdefault(mega.table.row(i).slug, [float(mega.time["step"][i]),
                                                       float(mega.memory["total"][i]) / 2**30])
+    if oom_gib == "median":
+        oom_gib = float(np.median([predicted[s][1] for s in slugs]))
     if favour_rank is not None:
         target = next(s for s in slugs[favour_rank - 1:] if predicted[s][1] <= oom_gib)
         distortion = favouring(slugs, target)
