@@ -109,6 +109,11 @@ def _check_precision(gpu: GPUSpec, stack: StackSpec, precision: str) -> None:
             f"it runs {', '.join(stack.precisions)} (or choose another --stack)")
 
 
+GENERATION_ORDER = ("hopper", "blackwell", "ampere", "cdna3", "volta", "other")
+"""Preference among other GPUs when a stack has no fit on this one: the same generation first,
+then this order (the generation with the most measured runs first)."""
+
+
 def _nearest_fit(stack: StackSpec, gpu: GPUSpec) -> str | None:
     """The GPU preset of the stack's fitted profiles nearest to `gpu`: the same preset, else one
     of the same generation, else the newest other one (most runs are on Hopper)."""
@@ -121,8 +126,7 @@ def _nearest_fit(stack: StackSpec, gpu: GPUSpec) -> str | None:
     same = [g for g in stack.profile if _load(g).generation == gpu.generation]
     if same:
         return sorted(same)[0]
-    order = ("hopper", "blackwell", "ampere", "cdna3", "volta", "other")
-    return sorted(stack.profile, key=lambda g: (order.index(_load(g).generation), g))[0]
+    return sorted(stack.profile, key=lambda g: (GENERATION_ORDER.index(_load(g).generation), g))[0]
 
 
 def stack_profile(stack: StackSpec, gpu: GPUSpec) -> tuple[Profile, str]:
@@ -157,11 +161,4 @@ def with_gpu_count(problem: Problem, n_gpus: int) -> Problem:
     return problem.model_copy(update={"cluster": cluster})
 
 
-def problem_from_row(model, gpu, n_gpus, seq_len, global_batch, gpus_per_node, job: dict,
-                     ) -> Problem:
-    """`make_problem` with the job settings of a CSV row (blank cells dropped = defaults)."""
-    return make_problem(model, gpu, n_gpus, seq_len, global_batch, gpus_per_node=gpus_per_node,
-                        **{k: v for k, v in job.items() if v is not None})
-
-
-__all__ = ["make_problem", "problem_from_row", "stack_profile", "with_gpu_count"]
+__all__ = ["GENERATION_ORDER", "make_problem", "stack_profile", "with_gpu_count"]

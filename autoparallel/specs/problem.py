@@ -18,9 +18,9 @@ class Problem(Spec):
     training: TrainingSpec
     profile: Profile
     """Efficiency knobs: the GPU preset's, then the stack's for this GPU, then a profile file."""
-    stack: StackSpec = StackSpec(name="megatron-core", attention={"default": "flash"})
+    stack: StackSpec
     """The software stack (defaults and low-precision behaviour)."""
-    job: JobSpec = JobSpec()
+    job: JobSpec
     """The job settings with the stack's defaults filled in (what the cost model used)."""
     profile_basis: str = ""
     """Where the efficiency profile comes from (which stack fit, which GPU, which file)."""

@@ -15,6 +15,7 @@ import pandas as pd
 
 from ..errors import SpecError
 from ..presets import list_gpus, load_gpu, load_profile, read_table
+from ..problem import GENERATION_ORDER
 from ..specs.hardware import Profile
 from .calibrate import DEFAULT_KNOBS, fit
 from .report import predict
@@ -62,9 +63,6 @@ def fit_group(cases: Sequence[RunCase], gpus: Sequence[str], knobs=DEFAULT_KNOBS
     return fit(chosen, load_gpu(gpus[0]).reference(), knobs=knobs, **kw), chosen
 
 
-GENERATION_ORDER = ("hopper", "blackwell", "ampere", "cdna3", "volta", "other")
-"""Preference among other GPUs when a stack has no runs on this one: the same generation, then
-this order (the one with the most runs first)."""
 
 
 def _nearest_group(target: tuple[str, ...], candidates) -> tuple[str, ...]:
