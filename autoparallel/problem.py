@@ -67,6 +67,7 @@ def make_problem(
         "grad_reduce_dtype": given.grad_reduce_dtype or stack.grad_reduce_dtype,
         "optimizer_dtype": given.optimizer_dtype or stack.optimizer_dtype,
         "attention": given.attention or stack.attention_for(gpu_spec.generation),
+        "model_code": given.model_code or stack.model_code,
         "tp_comm_overlap": (stack.tp_comm_overlap if given.tp_comm_overlap is None
                             else given.tp_comm_overlap),
     })
@@ -84,7 +85,7 @@ def make_problem(
             usable_fraction=resolved.usable_fraction, attention=resolved.attention,
             tp_comm_overlap=resolved.tp_comm_overlap, precision=resolved.precision,
             stack=stack.name, grad_reduce_dtype=resolved.grad_reduce_dtype,
-            optimizer_dtype=resolved.optimizer_dtype,
+            optimizer_dtype=resolved.optimizer_dtype, model_code=resolved.model_code,
         )
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, "training")) from None

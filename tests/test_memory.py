@@ -206,3 +206,57 @@ def test_fits_rule_uses_reserved_peak():
     old = evaluate(make_problem("llama3-8b", "h100", 8, seq_len=4096, global_batch=64,
                                 usable_fraction=0.9), table)
     assert list(old.fits) == [True, True, False, False]
+
+
+def _llama_act(layout, **job):
+    m = load_model("llama3-8b")  # h 4096, 32 heads (q 4096), 8 KV heads (k 1024), f 14336
+    p = make_problem(m, "h100", 8, seq_len=1024, global_batch=8, **job)
+    t = LayoutTable.from_layouts([layout], 8)
+    return float(layer_activation_bytes(p, build_arch(m), t, moe=False)[0]) / (1024 * 4096)
+
+
+@pytest.mark.parametrize("code,extra", [
+    # cost/model_code.py, per token in units of h = 4096 (q = h, k = h/4, f = 3.5 h):
+    ("hf", 2 * 4 + 4 * 1 + 4 * 0.25 + 2 * 3.5),  # fp32 norms 2 x 4h, RoPE copies 4q + 4k, GLU 2f
+    ("nanotron", 2 * 3.5),                       # merged gate_up kept alive: +2f
+    ("torchtitan", 4 * 1 + 4 * 0.25 + 2 * 3.5),  # complex fp32 RoPE 4q + 4k, GLU 2f
+    ("fused", 0.0),
+])
+def test_model_code_extras_per_layer(code, extra):
+    assert _llama_act(Layout(), model_code=code) == pytest.approx(34.0 + extra, abs=1e-9)
+
+
+def test_model_code_loss_bytes_on_the_last_stage():
+    # the loss holds loss_bytes_per_vocab x V per token on top of the 4h + 4h of norm/output input
+    m = load_model("llama3-8b")
+    mem = {code: estimate(make_problem(m, "h100", 8, seq_len=1024, global_batch=8,
+                                       model_code=code), Layout(dp=8))["memory_gib"]
+           for code in ("fused", "hf")}
+    diff = (mem["hf"]["embedding_logits"] - mem["fused"]["embedding_logits"]) * GiB
+    assert diff == pytest.approx((12 - 4) * 1024 * m.vocab_size, rel=1e-9)
+
+
+def test_torchtitan_op_sac_saves_every_other_matmul():
+    # TorchTitan selective (op SAC): block input 2h + wq 2q + wv 2v + w1 2f + w2 2h + attention
+    # output 2q + fp32 LSE 4 bytes x 32 heads, per token (cost.memory.op_sac_bytes)
+    got = _llama_act(Layout(recompute="selective"), stack="torchtitan")
+    expected = 2 + 2 + 2 * 0.25 + 2 * 3.5 + 2 + 2 + 4 * 32 / 4096
+    assert got == pytest.approx(expected, abs=1e-9)
+    # Megatron's selective keeps everything but the attention scores (none with flash)
+    assert _llama_act(Layout(recompute="selective")) == pytest.approx(34.0, abs=1e-9)
+
+
+def test_freed_gradients_do_not_add_to_the_activation_peak():
+    # FSDP / TorchTitan free .grad between steps: with one micro-batch per step the peak holds
+    # max(grads, activations), with accumulation both (cost.memory.stage_memory)
+    m = load_model("llama3-8b")
+    lay = Layout(dp=8, zero=3, micro_batch=1)
+    one, acc = (estimate(make_problem(m, "h100", 8, seq_len=4096, global_batch=gb,
+                                      stack="torchtitan"), lay)["memory_gib"] for gb in (8, 16))
+    # bf16 gradients of 8.0 B parameters sharded 8 ways: 2 GB; the activations are larger
+    assert acc["grads"] == pytest.approx(2 * 8.03e9 / 8 / GiB, rel=0.01)
+    assert one["grads"] == 0.0
+    assert acc["total"] - one["total"] == pytest.approx(acc["grads"], rel=1e-9)
+    # Megatron's contiguous gradient buffer persists: grads count with one micro-batch too
+    meg = estimate(make_problem(m, "h100", 8, seq_len=4096, global_batch=8), lay)["memory_gib"]
+    assert meg["grads"] > 0

@@ -17,8 +17,9 @@ from ..specs.precision import recipe
 from ..specs.problem import Problem
 from ..units import GiB
 from .arch import Arch
+from .model_code import model_code
 from .device_memory import outside_allocator_bytes, reserved_bytes
-from .stages import STAGES, Stage, stages
+from .stages import STAGES, Stage, micro_batches, stages
 
 MEMORY_ITEMS = ("params", "grads", "optimizer", "activations", "embedding_logits", "overhead")
 
@@ -47,14 +48,17 @@ def stage_params(arch: Arch, t: LayoutTable, st: Stage) -> tuple[np.ndarray, np.
 
 def layer_activation_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bool,
                            recompute: np.ndarray | None = None,
-                           low_precision: bool = True) -> np.ndarray:
+                           low_precision: bool = True, code_extras: bool = True) -> np.ndarray:
     """Activation bytes one GPU stores for one layer and one micro-batch.
 
     No recompute: sbh[8 + 2 delta + 4q/h + 4kv/h + c_f f/h] (reference §3.4; = 34 sbh for a GPT
     layer); without SP the LN/QKV/FC1 inputs and masks stay whole on every TP rank, i.e.
-    sbh(10 + 24/t) for GPT (Korthikanti Table 2); with SP all of it divides by t. Eager attention
-    adds the scores 5as^2b (dropout) or 2as^2b. Selective recompute (core attention) drops the
-    scores. Full recompute keeps the layer input, 2sbh (/t with SP). CP divides the sequence.
+    sbh(10 + 24/t) for GPT (Korthikanti Table 2); with SP all of it divides by t. Model code that
+    keeps more than the fused kernels (fp32 norms, pre-RoPE copies, an unfused gated MLP) adds its
+    terms (`cost.model_code`; `code_extras` False: the fused accounting only). Eager attention adds the scores 5as^2b (dropout) or 2as^2b.
+    Selective recompute: the stack's policy, Megatron's core attention (drops the scores) or
+    TorchTitan's op-level policy (`op_sac_bytes`). Full recompute keeps the layer input, 2sbh
+    (/t with SP). CP divides the sequence.
     Low precision (`low_precision` and a stack that saves quantised inputs, e.g. Transformer
     Engine): the inputs of the linear layers are kept in the recipe's element size instead of
     2 bytes: QKV and FC1 inputs 2h + 2h (replicated without SP), output-projection input 2 n_h d_v
@@ -68,9 +72,17 @@ def layer_activation_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bo
     tokens = b * s / cp
     rep_div = np.where(sp, tp, 1.0)
     kv_div = np.minimum(tp, arch.n_kv_heads)
-    rep = arch.act_attn_rep + (arch.act_moe_rep if moe else arch.act_mlp_rep)
-    shard = arch.act_attn_qo + (arch.act_moe_shard if moe else arch.act_mlp_shard)
-    stored = tokens * (rep / rep_div + shard / tp + arch.act_attn_kv / kv_div)
+    code = model_code(problem.training.model_code if code_extras else "fused")
+    q_w = arch.n_heads * arch.qk_head_dim
+    k_w = arch.n_kv_heads * arch.qk_head_dim
+    gated = arch.mlp_up == 2
+    glu_f = (arch.top_k * arch.expert_ffn + arch.shared_ffn) if moe else arch.ffn
+    rep = arch.act_attn_rep + (arch.act_moe_rep if moe else arch.act_mlp_rep) \
+        + 2.0 * code.norm_extra_h * arch.hidden
+    shard = arch.act_attn_qo + (arch.act_moe_shard if moe else arch.act_mlp_shard) \
+        + code.rope_extra * q_w + (code.glu_extra_f * glu_f if gated else 0.0)
+    kv = arch.act_attn_kv + code.rope_extra * k_w
+    stored = tokens * (rep / rep_div + shard / tp + kv / kv_div)
     rec = recipe(problem.training.precision)
     if low_precision and rec.low and problem.stack.low_precision_activations:
         h = arch.hidden
@@ -87,7 +99,34 @@ def layer_activation_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bo
         scores = score_coef * b * (arch.n_heads / tp) * (s / cp) * s
         stored = stored + np.where(rc == 0, scores, 0.0)
     full = 2.0 * tokens * arch.hidden / rep_div
+    if problem.stack.selective_policy == "op_sac":
+        stored = np.where(rc == 1, op_sac_bytes(arch, t, tokens, moe, problem), stored)
     return np.where(rc == 2, full, stored)
+
+
+def op_sac_bytes(arch: Arch, t: LayoutTable, tokens: np.ndarray, moe: bool,
+                 problem: Problem) -> np.ndarray:
+    """Bytes one layer keeps under TorchTitan's op-level selective activation checkpointing.
+
+    The policy (pytorch/torchtitan `_apply_ac_to_transformer_block`, 2025; the `SelectiveAC`
+    op list since) saves the outputs of matmuls, attention kernels and reduce-scatters but
+    recomputes every second matmul of the block, and the checkpoint keeps the block input. A
+    Llama block runs its matmuls in the order wq, wk, wv, wo, w1, w3, w2, so wq, wv, w1 and w2 are
+    saved: 2q + 2v + 2f + 2h per token, plus the attention output 2q and its fp32 log-sum-exp
+    (4 bytes per head), plus the block input 2h. Low-precision linears (torchao Float8Linear) go
+    through `aten.mm` on a tensor subclass, so the count is the same and the outputs stay BF16.
+    For MoE layers the routed experts' first GEMM and output are counted per routed copy
+    (k (2 f_e + 2h)) in place of w1 and w2."""
+    tp = t["tp"].astype(np.float64)
+    rep_div = np.where(t["sp"] == 1, tp, 1.0)
+    kv_div = np.minimum(tp, arch.n_kv_heads)
+    q_w = arch.n_heads * arch.qk_head_dim
+    v_w = arch.n_kv_heads * arch.v_head_dim
+    h = arch.hidden
+    mlp = arch.top_k * (2.0 * arch.expert_ffn + 2.0 * h) + 2.0 * arch.shared_ffn if moe \
+        else 2.0 * arch.ffn + 2.0 * h
+    return tokens * (2.0 * h / rep_div + (2.0 * q_w + 2.0 * q_w + 4.0 * arch.n_heads + mlp) / tp
+                     + 2.0 * v_w / kv_div)
 
 
 def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dict[str, np.ndarray]:
@@ -133,9 +172,11 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
     rep_div = np.where(t["sp"] == 1, tp, 1.0)
     # First stage: int64 token ids + embedding dropout mask per in-flight micro-batch (ref §1.3).
     embed = st.inflight_mb * (8.0 * tokens + arch.dropout * tokens * arch.hidden / rep_div)
-    # Last stage: final-norm output and output-layer input 2sbh + 2sbh, fp32 logits 4sbV / t
-    # (vocab-parallel cross-entropy), reference §1.3 / §3.1.
-    logits = st.output * tokens * (4.0 * arch.hidden / rep_div + 4.0 * arch.vocab / tp)
+    # Last stage: final-norm output and output-layer input 2sbh + 2sbh, and the loss's logits:
+    # fp32 4sbV / t for a vocab-parallel cross-entropy (reference §1.3 / §3.1), more where the
+    # model code upcasts and copies them (`cost.model_code`: 6-12 bytes per entry).
+    loss_bytes = model_code(tr.model_code).loss_bytes_per_vocab
+    logits = st.output * tokens * (4.0 * arch.hidden / rep_div + loss_bytes * arch.vocab / tp)
 
     # ZeRO-3 / FSDP gathers one unit (a layer, or the embedding) in bf16 and prefetches the next
     # (reference §1.6: ~2 x 2 bytes x unit); the rank's own 1/d shard is already counted, and a
@@ -151,11 +192,21 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
         layer_activation_bytes(problem, arch, t, moe=True, recompute=np.zeros_like(t["rc"]))
         if arch.n_moe_layers else 0.0,
     )
-    working = np.where((t["rc"] == 2) & (np.asarray(st.recomputed) > 0), a_none, 0.0)
+    # TorchTitan's op-level selective policy recomputes the rest of the block the same way.
+    recomputing = (t["rc"] == 2) | ((t["rc"] == 1) & (problem.stack.selective_policy == "op_sac"))
+    working = np.where(recomputing & (np.asarray(st.recomputed) > 0), a_none, 0.0)
     # CP ring attention: two KV chunks in flight (reference §3.5).
     kv_div = np.minimum(tp, arch.n_kv_heads)
     kv_buffers = np.where(cp > 1, 2.0 * tokens * arch.act_attn_kv / kv_div, 0.0)
     overhead = problem.profile.memory_overhead_gib * GiB + gathered + working + kv_buffers
+    if not problem.stack.persistent_grads:
+        # Gradients freed between steps (PyTorch `zero_grad(set_to_none=True)`, FSDP2's sharded
+        # grads allocated by each layer's reduce-scatter): with one micro-batch per step they
+        # appear as the activations are released during the backward, so the peak holds the
+        # larger of the two, not their sum; with accumulation they persist across micro-batches.
+        transient = activations + embed + logits + working
+        one = micro_batches(tr.global_batch, t) <= 1
+        grads = np.where(one, np.maximum(grads - transient, 0.0), grads)
 
     return {
         "params": params,

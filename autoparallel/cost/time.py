@@ -64,9 +64,11 @@ def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
     # TP (heads) and CP (load-balanced sequence chunks); sliding-window layers compute a fraction
     window = arch.attn_pair_fraction(problem.training.seq_len)
     attn = attention_time(problem, b * s * s * arch.attn_score_width * window / (tp * cp))
-    # elementwise kernels write and re-read what the layer stores (reference §3.4 accounting)
+    # elementwise kernels write and re-read what the layer stores (reference §3.4 accounting); the
+    # stack's fitted `elementwise_factor` already covers how fused its kernels are, so the
+    # model-code extras (cost.model_code) are memory-only here
     stored = layer_activation_bytes(problem, arch, t, moe, recompute=np.zeros_like(t["rc"]),
-                                    low_precision=False)
+                                    low_precision=False, code_extras=False)
     elem = memory_bound_time(problem, 2.0 * problem.profile.elementwise_factor * stored)
     return gemm, attn, elem
 

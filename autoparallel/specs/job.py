@@ -14,6 +14,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat
 
 from ._base import Spec
 from .precision import PrecisionName
+from .stack import ModelCodeName
 
 
 def _cli(flag: str, metavar: str = "") -> dict:
@@ -35,6 +36,8 @@ class JobSpec(Spec):
     """AdamW state: fp32 master weights + moments (12 bytes/param) or bf16 moments updating bf16 weights in place (4 bytes/param, "bf16-true"); default: the stack's."""
     attention: Literal["flash", "cudnn", "eager"] | None = Field(None, **_cli("--attention"))
     """flash (FlashAttention-2 class), cudnn (TE cuDNN / FA3 class) or eager (scores stored); default: the stack's for the GPU."""
+    model_code: ModelCodeName | None = Field(None, **_cli("--model-code"))
+    """What the model's code saves for backward: fused (Megatron-Core / Transformer Engine), hf (Hugging Face transformers modules: fp32 norms, unfused RoPE and MLP, fp32 logits), nanotron or torchtitan; default: the stack's."""
     tp_comm_overlap: bool | None = Field(None, **_cli("--tp-comm-overlap/--no-tp-comm-overlap"))
     """TP collectives overlapped with GEMMs (Megatron --tp-comm-overlap, TorchTitan async TP); default: the stack's."""
     usable_fraction: float | None = Field(None, gt=0, le=1, **_cli("--usable-fraction"))

@@ -17,6 +17,9 @@ from ._base import Spec
 from .hardware import Profile
 from .precision import PrecisionName
 
+ModelCodeName = Literal["fused", "hf", "nanotron", "torchtitan"]
+"""Model code whose saved tensors the activation ledger follows (`cost.model_code`)."""
+
 AttentionKernel = Literal["flash", "cudnn", "eager"]
 
 STACK_KNOBS = ("gemm_efficiency", "fp8_gemm_efficiency", "fp4_gemm_efficiency",
@@ -66,7 +69,20 @@ class StackSpec(Spec):
     """Whether ZeRO-3 / FSDP all-gathers parameters in the low-precision format (TorchTitan
     `enable_fsdp_float8_all_gather`)."""
     selective_recompute: str = "core attention"
-    """What `recompute = selective` recomputes in this stack."""
+    """What `recompute = selective` recomputes in this stack (text)."""
+    selective_policy: Literal["core_attention", "op_sac"] = "core_attention"
+    """How `selective` is costed: `core_attention` (Megatron: the attention scores are recomputed,
+    nothing else) or `op_sac` (TorchTitan's op-level selective checkpointing: the block input,
+    every other matmul output and the attention output are saved, the rest recomputed;
+    `cost.memory.op_sac_bytes`)."""
+    model_code: ModelCodeName = "fused"
+    """What the stack's model code saves beyond the fused-kernel ledger (`cost.model_code`):
+    `fused`, `hf` (Hugging Face transformers modules), `nanotron`, `torchtitan`."""
+    persistent_grads: bool = True
+    """Whether gradients live in a buffer that persists across steps (Megatron's contiguous grad
+    buffer, DeepSpeed's partitioned gradients); False for PyTorch FSDP / TorchTitan, whose
+    `zero_grad(set_to_none=True)` frees them, so that with one micro-batch per step the
+    activation peak and the gradient peak do not coincide (`cost.memory.stage_memory`)."""
     profile: dict[str, dict[str, float]] = Field(default_factory=dict)
     """GPU preset -> efficiency knobs fitted on this stack's runs on that GPU."""
     profile_notes: dict[str, str] = Field(default_factory=dict)

@@ -9,6 +9,7 @@ from pydantic import Field, PositiveInt
 from ..limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from ._base import Spec
 from .precision import PrecisionName
+from .stack import ModelCodeName
 
 
 class TrainingSpec(Spec):
@@ -39,6 +40,8 @@ class TrainingSpec(Spec):
     `bf16`: two bf16 moments and no master copy, 4 bytes/parameter (Lightning "bf16-true", where
     the whole model and optimizer run in bf16: LitGPT's ~8 bytes/parameter with bf16 weights and
     gradients)."""
+    model_code: ModelCodeName = "fused"
+    """What the model's code saves for backward beyond the fused-kernel ledger (`cost.model_code`)."""
     grad_reduce_dtype: Literal["bf16", "fp32"] | None = None
     """Dtype of the data-parallel gradient reduction; None = the gradient buffer's dtype."""
 

@@ -124,10 +124,28 @@ def _layout(row, n_gpus: int, gbs: int, zero: int, assumptions: list[str]) -> di
         assumptions.append("micro-batch not stated: 1")
     if _num(row, "ep") is None and str(row.get("arch_type") or "").startswith("moe"):
         raise RowSkip("incomplete layout (ep not stated for an MoE run)")
-    return dict(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, micro_batch=mb)
+    return dict(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, micro_batch=mb,
+                sp=_sequence_parallel(row, tp, assumptions))
 
 
-def _job_overrides(row) -> dict:
+def _sequence_parallel(row, tp: int, assumptions: list[str]) -> bool | None:
+    """Sequence parallelism as the row states it (`sequence_parallel` yes/no, or the notes saying
+    the flag is absent from the script); None: the layout default (on with TP)."""
+    if tp <= 1:
+        return None
+    v = str(row.get("sequence_parallel") or "").strip().lower()
+    if v.startswith(("yes", "true", "on")):
+        return True
+    if v.startswith(("no", "false", "off")):
+        return False
+    text = f"{row.get('notes') or ''} {row.get('derived_values') or ''}".lower()
+    if re.search(r"sequence[_ -]parallel not in (the )?script|no --sequence-parallel", text):
+        assumptions.append("sequence parallelism off (not in the script)")
+        return False
+    return None
+
+
+def _job_overrides(row, stack: str | None = None) -> dict:
     """Job settings a row states beyond its stack's defaults: llm-foundry's "PURE" bf16 mode
     reduces gradients in bf16; TP-communication overlap or its absence as the notes say
     (Megatron `--tp-comm-overlap`, TorchTitan async TP vs vanilla TP)."""
@@ -135,6 +153,12 @@ def _job_overrides(row) -> dict:
     if "pure" in str(row.get("precision") or "").lower():
         out["grad_reduce_dtype"] = "bf16"
     text = f"{row.get('notes') or ''} {row.get('framework') or ''}".lower()
+    if stack and re.search(r"flash[-_ ]?attn|flash attention|flashattn|flash_attn", text) \
+            and "no flash" not in text and _eager_default(stack):
+        out["attention"] = "flash"  # e.g. Megatron-DeepSpeed with --use-flash-attn-v2
+    code = _model_code(row)
+    if code:
+        out["model_code"] = code
     if "tp-comm-overlap" in text or "async tp" in text or "asynctp" in text:
         out["tp_comm_overlap"] = True
     elif "vanilla tp" in text or "no tp overlap" in text:
@@ -142,11 +166,33 @@ def _job_overrides(row) -> dict:
     return out
 
 
+def _eager_default(stack: str) -> bool:
+    from ..presets import load_stack
+
+    return any(k == "eager" for k in load_stack(stack).attention.values())
+
+
+def _model_code(row) -> str | None:
+    """`hf` when the row trains a Hugging Face transformers model class under a stack whose
+    default model code differs (e.g. ATorch's FSDP on `LlamaForCausalLM`); None otherwise."""
+    text = f"{row.get('framework') or ''}".lower()
+    if "megatron-style" in text:
+        return "fused"  # Megatron-style TP layers with a vocab-parallel cross-entropy (ATorch 3D)
+    if re.search(r"\bhf\b|hugging ?face|transformers|llamaforcausallm", text) \
+            and "nanotron" not in text:
+        return "hf"
+    return None
+
+
 def _recompute(row, assumptions: list[str]) -> str | None:
     r = str(row.get("recompute") or "").strip().lower()
     for word in ("full", "selective", "none"):
         if r.startswith(word):
             return word
+    if re.search(r"script (has|sets) none", r):
+        # the launch script is what ran; a README's words about it are not
+        assumptions.append("recompute: none (the script sets none)")
+        return "none"
     m = re.search(r"\b(full|selective) (?:activation )?recompute", str(row.get("notes") or ""), re.I)
     if m:
         assumptions.append(f"recompute from the notes: {m.group(1).lower()}")

@@ -98,6 +98,11 @@ def model_from_row(row) -> tuple[ModelSpec, list[str]]:
         spec["head_dim"] = int(m.group(1))
     experts, topk = _int(row, "moe_experts"), _int(row, "moe_topk")
     f_e, f = _int(row, "moe_expert_ffn"), _int(row, "ffn_hidden")
+    m = re.search(r"(\d+) experts,? top-?k? ?(\d+)", f"{name} {text}", re.I)
+    if not experts and m:
+        # an MoE stated only in words ("8 experts top-2, ffn 5504"): experts of the FFN width
+        experts, topk, f_e = int(m.group(1)), int(m.group(2)), f
+        assumptions.append("MoE from the model's description (expert FFN = ffn_hidden)")
     arch_type = str(row.get("arch_type") or "").lower()
     if experts:
         if not (topk and f_e):
@@ -123,7 +128,8 @@ def model_from_row(row) -> tuple[ModelSpec, list[str]]:
             spec["moe"]["n_dense_layers"] = preset_moe.get("n_dense_layers", 0)
         assumptions.append("MLA head dims from the matching preset")
 
-    family = "swiglu" if GATED.search(name) else "gelu" if UNGATED.search(name) else None
+    family = "swiglu" if GATED.search(name) or re.search(r"swiglu", text, re.I) \
+        else "gelu" if UNGATED.search(name) else None
     target = stated_params(row)
     candidates = [(act, tied) for act in (["swiglu", "gelu"] if family is None else [family])
                   for tied in (False, True)]

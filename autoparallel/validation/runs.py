@@ -130,7 +130,7 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
     model, assumptions = model_from_row(row)
     precision = _precision(row, allow_fp16, assumptions)
     stack = _stack(row, assumptions)
-    job = {"stack": stack, "precision": precision} | _job_overrides(row)
+    job = {"stack": stack, "precision": precision} | _job_overrides(row, stack)
     n_gpus, seq, gbs = _int(row, "num_gpus"), _int(row, "seq_len"), _int(row, "gbs")
     if not (n_gpus and seq and gbs):
         raise RowSkip("num_gpus, seq_len or gbs missing")

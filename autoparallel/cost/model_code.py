@@ -1,0 +1,72 @@
+"""What the model's code keeps for its backward beyond the fused-kernel ledger.
+
+The activation ledger (`cost.memory.layer_activation_bytes`, Korthikanti et al. 2022 generalised
+in reference §3.4) counts the tensors a fused implementation saves: Megatron-Core with
+Transformer Engine (fused LayerNorm+Linear saving its input and output, fused RoPE, the bias-SwiGLU
+kernel saving only its input, a vocab-parallel cross-entropy that keeps one fp32 softmax and
+overwrites it with the gradient). Other model code keeps more; each term below is read off the
+code's forward, tensor by tensor (bytes per token, h hidden, q = query width a d_h, k = key width
+g d_h, f = FFN width, V = vocab):
+
+- **hf** (Hugging Face transformers `modeling_llama`-style code, what DeepSpeed / FSDP users train
+  as `AutoModelForCausalLM`): `LlamaRMSNorm` upcasts its input to fp32 and multiplies it by the
+  rsqrt (the fp32 copy, 4h, is saved) and multiplies the weight by the bf16 cast (saved, 2h):
+  6h per norm against the fused 2h input, i.e. +4h per norm, two norms per layer.
+  `apply_rotary_pos_emb` computes q cos + rotate_half(q) sin: the pre-RoPE q and the rotated copy
+  are saved (2q + 2q), and likewise for k (2k + 2k). The MLP `down(act(gate(x)) * up(x))` keeps
+  gate(x) (2f, for SiLU), act(gate(x)) and up(x) (2f + 2f, for the product) and the product
+  (2f, for `down`): 8f against the fused kernel's 6f, +2f. The loss (transformers 4.3x
+  `LlamaForCausalLM.forward`) upcasts the logits to fp32 (kept in the returned output, 4V), makes
+  a shifted contiguous copy (4V) and `cross_entropy` saves the fp32 log-softmax (4V): 12 bytes
+  per vocabulary entry against the fused 4.
+- **nanotron** (huggingface/nanotron `models/llama.py`, v0.4-0.5): fused Triton RMSNorm and flash
+  rotary (no extra), but the MLP is `down(act(gate_up[:f]) * gate_up[f:])` on a merged `gate_up`
+  output: the merged 4f stays alive for both slices, plus act 2f and the product 2f: 8f, +2f;
+  `sharded_cross_entropy` upcasts the TP-sharded logits to fp32 and keeps the softmax: bf16 logits
+  2V + fp32 4V = 6 per vocabulary entry.
+- **torchtitan** (pytorch/torchtitan `models/llama3`, eager): `apply_rotary_emb` multiplies complex
+  fp32 views of q and k by the frequencies (the fp32 copies are saved: +4q + 4k); the MLP
+  `w2(silu(w1(x)) * w3(x))` keeps 8f (+2f); `cross_entropy_loss` is
+  `F.cross_entropy(pred.float())`: the bf16 prediction 2V and the fp32 log-softmax 4V (the fp32
+  copy is freed), 6 per vocabulary entry. Its norm is `nn.RMSNorm` (one saved input, as fused).
+  With `torch.compile` the pointwise chains are fused and recomputed (closer to `fused`).
+- **fused**: none of the above (the ledger as is); vocab-parallel cross-entropy 4 per entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import get_args
+
+from ..specs.stack import ModelCodeName
+
+MODEL_CODE_NAMES: tuple[str, ...] = get_args(ModelCodeName)
+
+
+@dataclass(frozen=True)
+class ModelCode:
+    """Extra saved bytes per token of one layer, in units of the named width (module docstring)."""
+
+    norm_extra_h: float
+    """Extra bytes per token per norm, per unit of h (replicated across TP without SP)."""
+    rope_extra: float
+    """Extra bytes per token per unit of the query and key widths (pre-RoPE copies)."""
+    glu_extra_f: float
+    """Extra bytes per token per unit of f in a gated MLP."""
+    loss_bytes_per_vocab: float
+    """Bytes per token per vocabulary entry held at the loss (TP-sharded)."""
+
+
+MODEL_CODES: dict[str, ModelCode] = {
+    "fused": ModelCode(norm_extra_h=0.0, rope_extra=0.0, glu_extra_f=0.0, loss_bytes_per_vocab=4.0),
+    "hf": ModelCode(norm_extra_h=4.0, rope_extra=4.0, glu_extra_f=2.0, loss_bytes_per_vocab=12.0),
+    "nanotron": ModelCode(norm_extra_h=0.0, rope_extra=0.0, glu_extra_f=2.0, loss_bytes_per_vocab=6.0),
+    "torchtitan": ModelCode(norm_extra_h=0.0, rope_extra=4.0, glu_extra_f=2.0,
+                            loss_bytes_per_vocab=6.0),
+}
+"""Coefficients of each model code (module docstring: where every number comes from)."""
+
+
+def model_code(name: str) -> ModelCode:
+    """The coefficients of a model-code name (`MODEL_CODE_NAMES`)."""
+    return MODEL_CODES[name]
