@@ -143,9 +143,11 @@ def _print_report(console: Console, pred: pd.DataFrame, skipped: pd.DataFrame, t
         console.print(t)
 
 
-def _memory_report(console, path: str | None) -> None:
+def _memory_report(console, path: str | None, speed_mem_err=None) -> None:
     """Measured memory against the figure each run's `mem_definition` names (allocated,
-    reserved, device), per source; OOM reports predicted to fit; runs that ran predicted not to."""
+    reserved, device), per source; OOM reports predicted to fit; runs that ran predicted not to;
+    then every dense run with a measured figure (these and the step-time runs reporting memory,
+    `speed_mem_err`) together."""
     from ..data import MEMORY_RUNS
     from ..validation.memory_check import memory_records, memory_summary
     from ..validation.report import skip_table
@@ -185,6 +187,12 @@ def _memory_report(console, path: str | None) -> None:
         for _, r in st.iterrows():
             t.add_row(r["reason"], str(r["rows"]))
         console.print(t)
+    dense = records[~records["moe"]]["mem_err"].dropna()
+    if speed_mem_err is not None and len(speed_mem_err):
+        err = pd.concat([dense, speed_mem_err.dropna()]).abs()
+        console.print(f"memory, every dense run with a measured figure ({len(dense)} memory runs "
+                      f"+ {len(speed_mem_err.dropna())} step-time runs): median |err| "
+                      f"{_apct(err.median())}, p90 {_apct(err.quantile(0.9))}")
 
 
 @app.command("validate")
@@ -219,7 +227,8 @@ def validate_command(
         pred.to_csv(output, index=False)
         console.print(f"per-run report -> {output}")
     if (memory_runs or "").lower() != "none":
-        _memory_report(console, memory_runs)
+        _memory_report(console, memory_runs,
+                       pred["mem_err"] if len(pred) and "mem_err" in pred else None)
     if plot:
         if not len(pred):
             raise SpecError("--plot: no usable runs to plot")

@@ -36,7 +36,9 @@ def predict_case(case: RunCase, profile: Profile | None = None, arch=None) -> di
     time_s = {k: float(ev.time[k][0]) for k in TIME_KEYS}
     step, meas = time_s["step"], case.measured_step_s
     peak = problem.cluster.gpu.bf16_tflops * TFLOPS * case.n_gpus
-    mem = float(ev.memory["total"][0] / GiB)
+    # the figure the run measured (allocated, reserved or nvidia-smi device memory)
+    mem = float(ev.memory[{"allocated": "total"}.get(case.mem_definition, case.mem_definition)][0]
+                / GiB)
     tokens = case.seq_len * case.global_batch
     rec = {
         "row_id": case.row_id, "source": case.source, "gpu": case.gpu, "model": case.model.name,

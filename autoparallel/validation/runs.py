@@ -71,6 +71,8 @@ class RunCase:
     job: dict = field(default_factory=dict)
     """Job settings (`JobSpec` fields) the run states; the others are its stack's defaults."""
     measured_mem_gib: float | None = None
+    mem_definition: str = "allocated"
+    """Which figure the measured memory is: `allocated`, `reserved` or `device` (`memory_check`)."""
     assumptions: tuple[str, ...] = field(default_factory=tuple)
 
     def problem(self, profile: Profile | None = None) -> Problem:
@@ -107,6 +109,26 @@ def _least_recompute_that_fits(problem: Problem, lay: dict) -> str:
     ev = evaluate(problem, LayoutTable.from_layouts(layouts, problem.cluster.n_gpus), RULES)
     fitting = np.flatnonzero(ev.memory["total"] <= ev.memory["capacity"])
     return layouts[int(fitting[0]) if len(fitting) else 2].recompute.value
+
+
+SOURCE_MEMORY_DEFINITIONS = {"nanotron_playbook_2025": "reserved"}
+"""Sources whose memory figure is named by their code, not their text: nanotron's per-step log
+carries one peak figure, `cuda_max_memory_reserved` (huggingface/nanotron src/nanotron/trainer.py,
+the `LogItem`s of each training step), which the Ultra-Scale Playbook's heatmap shows."""
+
+
+def _mem_definition(row) -> str:
+    """`allocated` (the default: `torch.cuda.max_memory_allocated`), `reserved` or `device`."""
+    from .memory_check import definition
+
+    src = str(row.get("source_key") or "")
+    if src in SOURCE_MEMORY_DEFINITIONS:
+        return SOURCE_MEMORY_DEFINITIONS[src]
+    text = str(row.get("mem_definition") or "")
+    found = definition(text, str(row.get("run_status") or ""))
+    if found is None and "torchtitan" in f"{text} {row.get('framework') or ''}".lower():
+        return "reserved"  # TorchTitan prints max_memory_reserved (memory_runs.md)
+    return found or "allocated"
 
 
 def _mem_gib(row) -> float | None:
@@ -178,7 +200,8 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
         row_id=str(row.get("row_id") or ""), source=str(row.get("source_key") or "runs"),
         gpu=gpu, model=model, n_gpus=n_gpus, gpus_per_node=gpn, seq_len=seq, global_batch=gbs,
         layout=layout, measured_step_s=float(step), measured_from=how, job=job,
-        measured_mem_gib=_mem_gib(row), assumptions=tuple(assumptions),
+        measured_mem_gib=_mem_gib(row), mem_definition=_mem_definition(row),
+        assumptions=tuple(assumptions),
     )
 
 
