@@ -149,7 +149,7 @@ def _memory_report(console, path: str | None, speed_mem_err=None) -> None:
     then every dense run with a measured figure (these and the step-time runs reporting memory,
     `speed_mem_err`) together."""
     from ..data import MEMORY_RUNS
-    from ..validation.memory_check import memory_records, memory_summary
+    from ..validation.memory_check import memory_records, memory_summary, stage_summary
     from ..validation.report import skip_table
     from ..validation.runs import read_runs
 
@@ -187,6 +187,12 @@ def _memory_report(console, path: str | None, speed_mem_err=None) -> None:
         for _, r in st.iterrows():
             t.add_row(r["reason"], str(r["rows"]))
         console.print(t)
+    per_stage = stage_summary(records)
+    if per_stage:
+        console.print(f"memory per pipeline stage (first, most loaded middle, last against the "
+                      f"stages a run reports; {per_stage['runs']} runs, {per_stage['stages']} "
+                      f"stages): median |err| {_apct(per_stage['median_abs_err'])}, largest "
+                      f"{_apct(per_stage['max_abs_err'])}")
     dense = records[~records["moe"]]["mem_err"].dropna()
     if speed_mem_err is not None and len(speed_mem_err):
         err = pd.concat([dense, speed_mem_err.dropna()]).abs()

@@ -30,6 +30,10 @@ g d_h, f = FFN width, V = vocab):
   `F.cross_entropy(pred.float())`: the bf16 prediction 2V and the fp32 log-softmax 4V (the fp32
   copy is freed), 6 per vocabulary entry. Its norm is `nn.RMSNorm` (one saved input, as fused).
   With `torch.compile` the pointwise chains are fused and recomputed (closer to `fused`).
+- **paddlenlp** (PaddleNLP 2.5-2.6 `transformers/llama/modeling.py`, `gpt/modeling.py`): fused
+  RMSNorm (`use_fused_rms_norm`), RoPE applied as q cos + rotate_half(q) sin (+4q + 4k, as hf),
+  `down(silu(gate(x)) * up(x))` (+2f for gated MLPs); the pre-training criterion casts the fp16
+  logits to fp32 (kept) and the cross-entropy keeps its fp32 softmax: 2V + 4V + 4V = 10 per entry.
 - **fused**: none of the above (the ledger as is); vocab-parallel cross-entropy 4 per entry.
 """
 
@@ -61,6 +65,8 @@ MODEL_CODES: dict[str, ModelCode] = {
     "fused": ModelCode(norm_extra_h=0.0, rope_extra=0.0, glu_extra_f=0.0, loss_bytes_per_vocab=4.0),
     "hf": ModelCode(norm_extra_h=4.0, rope_extra=4.0, glu_extra_f=2.0, loss_bytes_per_vocab=12.0),
     "nanotron": ModelCode(norm_extra_h=0.0, rope_extra=0.0, glu_extra_f=2.0, loss_bytes_per_vocab=6.0),
+    "paddlenlp": ModelCode(norm_extra_h=0.0, rope_extra=4.0, glu_extra_f=2.0,
+                           loss_bytes_per_vocab=10.0),
     "torchtitan": ModelCode(norm_extra_h=0.0, rope_extra=4.0, glu_extra_f=2.0,
                             loss_bytes_per_vocab=6.0),
 }

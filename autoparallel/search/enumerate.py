@@ -167,7 +167,9 @@ def _enumerate(problem: Problem, space: SearchSpace) -> LayoutTable:
     cols = _cross(cols, "zero", pick("zero", [0, 1, 2, 3]))
     rc_values = [RECOMPUTE_CODES[r] for r in (space.recompute or RECOMPUTE_CODES)]
     cols = _cross(cols, "rc", rc_values)
-    sp_values = [int(v) for v in (space.sp if space.sp is not None else [True, False])]
+    # SP only where the job's stack implements it (StackSpec.sequence_parallel); --sp may insist
+    auto_sp = [True, False] if problem.stack.sequence_parallel else [False]
+    sp_values = [int(v) for v in (space.sp if space.sp is not None else auto_sp)]
     cols = _cross(cols, "sp", sp_values)
     # SP exists only with tp > 1: keep one tp = 1 row per combination, with sp off
     cols = _keep(cols, (cols["tp"] > 1) | (cols["sp"] == min(sp_values)))

@@ -17,7 +17,7 @@ from ._base import Spec
 from .hardware import Profile
 from .precision import PrecisionName
 
-ModelCodeName = Literal["fused", "hf", "nanotron", "torchtitan"]
+ModelCodeName = Literal["fused", "hf", "nanotron", "torchtitan", "paddlenlp"]
 """Model code whose saved tensors the activation ledger follows (`cost.model_code`)."""
 
 AttentionKernel = Literal["flash", "cudnn", "eager"]
@@ -78,6 +78,9 @@ class StackSpec(Spec):
     model_code: ModelCodeName = "fused"
     """What the stack's model code saves beyond the fused-kernel ledger (`cost.model_code`):
     `fused`, `hf` (Hugging Face transformers modules), `nanotron`, `torchtitan`."""
+    sequence_parallel: bool = True
+    """Whether the stack implements sequence parallelism with TP (Megatron SP); without it the
+    search keeps SP off and a run that states nothing is read as SP off."""
     persistent_grads: bool = True
     """Whether gradients live in a buffer that persists across steps (Megatron's contiguous grad
     buffer, DeepSpeed's partitioned gradients); False for PyTorch FSDP / TorchTitan, whose

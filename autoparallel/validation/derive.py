@@ -80,6 +80,9 @@ STACK_ORDER = ("megatron-legacy", "megatron-core", "torchtitan", "fsdp", "nanotr
 
 
 def _zero(row, assumptions: list[str]) -> int:
+    m = re.fullmatch(r"\s*sharding stage\s*([0-3])\s*", str(row.get("zero_stage") or ""), re.I)
+    if m:  # PaddlePaddle fleet's sharding stage N = ZeRO-N
+        return int(m.group(1))
     z = _int(row, "zero_stage")
     if z is not None:
         if z > 3:

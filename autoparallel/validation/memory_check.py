@@ -82,6 +82,8 @@ def memory_records(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         if kind == "reserved" and rec.get("mem_reserved_max_gb"):
             measured = float(rec["mem_reserved_max_gb"])  # GiB in the file
         predicted = float(ev.memory[FIGURE[kind]][0]) / GiB if kind else np.nan
+        stages = _stage_errors(rec, ev, kind, measured / float(rec.get("peak_mem_gb") or 1.0)) \
+            if kind and measured else {}
         out.append({
             "row_id": rid, "source": src, "definition": kind or "oom", "oom": oom,
             "moe": case.model.moe is not None, "stack": case.stack,
@@ -95,8 +97,45 @@ def memory_records(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
             "usable_gib": float(ev.memory["usable"][0]) / GiB,
             "predicted_fit": bool(ev.fits[0]),
             "assumptions": "; ".join(case.assumptions),
-        })
+        } | stages)
     return pd.DataFrame(out), pd.DataFrame(skipped, columns=["row_id", "source", "reason"])
+
+
+PER_STAGE = re.compile(r"per-PP-stage memory[^:]*:\s*([\d.]+(?:\s*/\s*[\d.]+)+)", re.I)
+"""Notes that list the memory of every pipeline stage, first to last (FlagPerf's PaddleNLP runs)."""
+STAGE_KEYS = ("first", "middle", "last")
+
+
+def _stage_errors(rec: dict, ev, kind: str, unit: float) -> dict:
+    """Per-stage errors where the row's notes list each stage's memory: the ledger's first stage
+    against rank 0, its most loaded middle stage against rank 1 (1F1B holds the most micro-batches
+    there) and its last against rank pp-1; `unit` converts the notes' unit to GiB like the row's
+    peak figure."""
+    m = PER_STAGE.search(str(rec.get("notes") or ""))
+    if not m:
+        return {}
+    measured = [float(x) * unit for x in m.group(1).split("/")]
+    if len(measured) < 3:
+        return {}
+    figure = FIGURE[kind]
+    out = {}
+    for key, rank in zip(STAGE_KEYS, (0, 1, len(measured) - 1)):
+        pred = float(ev.memory[f"{key}.{'allocated' if figure == 'total' else figure}"][0]) / GiB
+        out[f"{key}_stage_err"] = pred / measured[rank] - 1.0
+    return out
+
+
+def stage_summary(records: pd.DataFrame) -> dict | None:
+    """Median and largest |error| over the per-stage comparisons (`_stage_errors`), or None."""
+    cols = [f"{k}_stage_err" for k in STAGE_KEYS if f"{k}_stage_err" in records]
+    if not cols:
+        return None
+    errs = records[cols].stack().dropna()
+    if not len(errs):
+        return None
+    return {"runs": int(records[cols[0]].notna().sum()), "stages": len(errs),
+            "median_abs_err": float(errs.abs().median()), "max_abs_err": float(errs.abs().max()),
+            "rows": list(records.loc[records[cols[0]].notna(), "row_id"])}
 
 
 def memory_summary(records: pd.DataFrame) -> pd.DataFrame:

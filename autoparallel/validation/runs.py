@@ -176,6 +176,8 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
     if rc is None:
         rc = _least_recompute_that_fits(problem, lay)
         assumptions.append(f"recompute not stated: {rc} (least that fits)")
+    if lay.get("sp") is None and lay["tp"] > 1 and not problem.stack.sequence_parallel:
+        lay["sp"] = False  # the stack has no sequence parallelism
     layout = Layout(**lay, recompute=rc)
     if model.n_layers % (layout.pp * layout.vp) and layout.pp > 1:
         # the uneven split the planner would propose (first/last stages lighter, Megatron-Core's
