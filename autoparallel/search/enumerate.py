@@ -187,6 +187,8 @@ def _enumerate(problem: Problem, space: SearchSpace) -> LayoutTable:
               f"sizes that divide the global batch: "
               + ",".join(str(int(d)) for d in divisors(B)[:16]))
     cols["rn"] = np.full(len(cols["mb"]), ALL_LAYERS, dtype=np.int64)  # full = every layer
+    for k in ("rm", "ao", "oo"):  # default modules, nothing offloaded (opened by `_with_extras`)
+        cols[k] = np.zeros(len(cols["mb"]), dtype=np.int64)
     return LayoutTable({k: np.ascontiguousarray(cols[k]) for k in COLUMNS}, L)
 
 
