@@ -260,7 +260,7 @@ class Layout(Spec):
         if self.recompute_group is not None:
             rn = f"g{self.recompute_group}"
         if self.recompute_modules is not None:
-            rn = "[" + ",".join(RecomputeModule(m).value for m in self.recompute_modules) + "]"
+            rn = "".join("+" + RecomputeModule(m).value for m in self.recompute_modules)
         off = f"-ao{self.offload_layers}" if self.offload_layers else ""
         if self.optimizer_offload:
             off += f"-oo{round(self.optimizer_offload * 100)}"
@@ -273,7 +273,7 @@ class Layout(Spec):
     def from_slug(cls, slug: str) -> Layout:
         """Parse `dp8-tp4-pp2-vp1-cp1-ep1-z1-rnone-sp-mb1` (or `...-pp16[7,8x14,7]-...-szbh1`,
         `-rfull2` for full recompute of the first 2 layers of each chunk, `-rfullg4` for uniform
-        groups of 4, `-rselective[core_attn,mlp]` for named modules, `-ao2` for activation offload
+        groups of 4, `-rselective+core_attn+mlp` for named modules, `-ao2` for activation offload
         of 2 layers per stage, `-oo50` for half the optimizer state offloaded);
         omitted axes take defaults."""
         fields: dict = {"sp": False}
@@ -295,9 +295,9 @@ class Layout(Spec):
                 fields["recompute"], fields["recompute_layers"] = "full", int(part[5:])
             elif re.fullmatch(r"rfullg\d+", part):  # uniform groups of N layers
                 fields["recompute"], fields["recompute_group"] = "full", int(part[6:])
-            elif m := re.fullmatch(r"rselective\[([a-z_,]+)\]", part):  # named modules
+            elif m := re.fullmatch(r"rselective((?:\+[a-z_]+)+)", part):  # named modules
                 fields["recompute"] = "selective"
-                fields["recompute_modules"] = m[1].split(",")
+                fields["recompute_modules"] = m[1].split("+")[1:]
             elif re.fullmatch(r"ao\d+", part):  # activation offload of N layers per stage
                 fields["offload_layers"] = int(part[2:])
             elif re.fullmatch(r"oo\d+", part):  # optimizer offload, percent
