@@ -229,7 +229,7 @@ def _with_extras(cols: dict[str, np.ndarray], problem: Problem, space: SearchSpa
                             f"fewer than the model's {problem.model.n_layers} layers; allow "
                             "--pp 1 and --recompute none")
     if space.optimizer_offload is not None:
-        cols = _cross(cols, "oo", sorted({round(x * 100) for x in space.optimizer_offload}))
+        cols = _cross(cols, "oo", sorted({0} | {round(x * 100) for x in space.optimizer_offload}))
     return cols
 
 
