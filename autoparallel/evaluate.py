@@ -17,7 +17,7 @@ from .errors import SpecError
 from .layouts import LayoutTable
 from .rules import Reject, check_rules, explain
 from .cost.stages import stage_layer_counts
-from .specs.layout import RECOMPUTE_NAMES, SCHEDULE_NAMES, Layout
+from .specs.layout import RECOMPUTE_NAMES, SCHEDULE_NAMES, Layout, RecomputeModule, mask_modules
 from .specs.problem import Problem
 from .units import GiB, TFLOPS
 
@@ -95,6 +95,12 @@ class Evaluation:
             "schedule": SCHEDULE_NAMES[int(t["sch"][i])].value,
             "recompute_layers": (int(t["rn"][i]) if t["rn"][i] >= 0 and t["rc"][i] == 2
                                  else None),
+            "recompute_group": (int(-t["rn"][i]) if t["rn"][i] < 0 and t["rc"][i] == 2
+                                else None),
+            "recompute_modules": ([m.value for m in mask_modules(int(t["rm"][i]))
+                                   or [RecomputeModule.CORE_ATTN]] if t["rc"][i] == 1 else None),
+            "offload_layers": int(t["ao"][i]),
+            "optimizer_offload": float(t["oo"][i]) / 100.0,
         }
         return {
             "model": self.problem.model.name,

@@ -9,18 +9,24 @@ import numpy as np
 
 from .specs.layout import (
     RECOMPUTE_CODES, RECOMPUTE_NAMES, SCHEDULE_CODES, SCHEDULE_NAMES, Layout, Recompute,
-    default_schedule,
+    default_schedule, mask_modules, modules_mask,
 )
 
-COLUMNS = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "rc", "sp", "mb", "lf", "ll", "sch", "rn")
+COLUMNS = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "rc", "sp", "mb", "lf", "ll", "sch", "rn",
+           "rm", "ao", "oo")
 """Column names; `rc` is the recompute code (0 none, 1 selective, 2 full), `sp` 0/1, `mb` the
 micro-batch size, `lf`/`ll` the transformer layers on the first/last pipeline stage (0 = the even
 split; the middle stages share the rest equally), `sch` the schedule code (`SCHEDULE_CODES`),
 `rn` the layers per model chunk that full recompute (rc = 2) recomputes, first ones first
-(-1 = all of them; Megatron `--recompute-method block --recompute-num-layers`)."""
-OPTIONAL_COLUMNS = ("lf", "ll", "sch", "rn")
+(-1 = all of them; Megatron `--recompute-method block --recompute-num-layers`), or -N for all of
+them in uniform checkpoint groups of N layers (Megatron `--recompute-method uniform
+--recompute-num-layers N`; -1 = groups of one); `rm` the modules selective recompute (rc = 1)
+re-runs as a bitmask (`specs.layout.MODULE_BITS`; 0 = the default, core_attn); `ao` the
+transformer layers per pipeline stage whose activations are offloaded to the host; `oo` the
+optimizer state offloaded to the host, percent."""
+OPTIONAL_COLUMNS = ("lf", "ll", "sch", "rn", "rm", "ao", "oo")
 """Columns `from_arrays` fills when omitted: even split, default schedule for the row's vp,
-every layer recomputed."""
+every layer recomputed, default modules, nothing offloaded."""
 ALL_LAYERS = -1
 """`rn` value: full recompute of every layer (`Layout.recompute_layers` None)."""
 
@@ -65,6 +71,9 @@ class LayoutTable:
             micro_batch=c["mb"], stage_layers=split,
             schedule=None if sch == default_schedule(c["vp"]) else sch,
             recompute_layers=None if c["rn"] < 0 or c["rc"] != 2 else c["rn"],
+            recompute_group=-c["rn"] if c["rn"] < -1 and c["rc"] == 2 else None,
+            recompute_modules=mask_modules(c["rm"]) if c["rc"] == 1 else None,
+            offload_layers=c["ao"], optimizer_offload=c["oo"] / 100.0,
         )
 
 
@@ -83,18 +92,25 @@ class LayoutTable:
             "lf": [r.stage_layers[0] if r.stage_layers else 0 for r in rows],
             "ll": [r.stage_layers[-1] if r.stage_layers else 0 for r in rows],
             "sch": [SCHEDULE_CODES[r.pipeline_schedule] for r in rows],
-            "rn": [ALL_LAYERS if r.recompute_layers is None else r.recompute_layers for r in rows],
+            "rn": [(-(r.recompute_group or 1)) if r.recompute_layers is None
+                   else r.recompute_layers for r in rows],
+            "rm": [modules_mask(r.recompute_modules) for r in rows],
+            "ao": [r.offload_layers for r in rows],
+            "oo": [round(r.optimizer_offload * 100) for r in rows],
         }
         return cls({k: np.asarray(v, dtype=np.int64) for k, v in data.items()}, n_layers)
 
     @classmethod
     def from_arrays(cls, n_layers: int = 0, **arrays) -> LayoutTable:
         """Build from keyword arrays (broadcast to a common length); `lf`, `ll` default to 0
-        (even split), `sch` to the default schedule of each row's vp, `rn` to all layers."""
+        (even split), `sch` to the default schedule of each row's vp, `rn` to all layers, `rm`, `ao`,
+        `oo` to 0 (default modules, no offload)."""
         arrays = dict(arrays)
         arrays.setdefault("lf", 0)
         arrays.setdefault("ll", 0)
         arrays.setdefault("rn", ALL_LAYERS)
+        for k in ("rm", "ao", "oo"):
+            arrays.setdefault(k, 0)
         if "sch" not in arrays:
             arrays["sch"] = np.where(np.asarray(arrays["vp"]) > 1, 1, 0)
         b = np.broadcast_arrays(*(np.asarray(arrays[k], dtype=np.int64) for k in COLUMNS))

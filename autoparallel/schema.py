@@ -22,6 +22,9 @@ the plan's `problem`, `profile_basis`; error bands (`time_s.step_low`, `time_s.s
 (uneven pipeline splits and pipeline schedules), and `model_params` (total and active
 parameter counts), memory as the allocator and nvidia-smi see it (`memory_gib.reserved`,
 `device`, `headroom`, `by_stage`) and `layout.recompute_layers` (partial full recompute).
+Version 4: `layout.recompute_group` (uniform recompute groups), `layout.recompute_modules`
+(named-module selective recompute), `layout.offload_layers` (activation offload),
+`layout.optimizer_offload` (optimizer-state offload) and `time_s.offload`.
 `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 
@@ -62,6 +65,18 @@ class LayoutOut(_Out):
     recompute_layers: int | None
     """With full recompute: layers fully recomputed per model chunk, the first ones (Megatron
     `--recompute-method block --recompute-num-layers`); null = every layer."""
+    recompute_group: int | None
+    """With full recompute of every layer: layers per uniform checkpoint group (Megatron
+    `--recompute-method uniform --recompute-num-layers`; 1 = each layer); null otherwise."""
+    recompute_modules: list[str] | None
+    """With selective recompute: the submodules re-run in backward (Megatron
+    `--recompute-modules`; core_attn is its default); null otherwise."""
+    offload_layers: int
+    """Transformer layers per pipeline stage whose saved activations are offloaded to host
+    memory (Megatron-Core `--cpu-offloading-num-layers`); 0 = none."""
+    optimizer_offload: float
+    """Share of the optimizer state kept in host memory and stepped by the CPU (Megatron
+    `--optimizer-offload-fraction`, ZeRO-Offload); 0 = none."""
 
 
 class StageMemoryOut(_Out):
@@ -154,6 +169,9 @@ class TimeOut(_Out):
     """Pipeline bubble, (pp - 1) / vp x the slowest stage's time per micro-batch."""
     optimizer: float
     """Optimizer step on the local shard plus the fixed per-step overhead."""
+    offload: float
+    """Host-link transfers not hidden by compute (activation offload) plus the offloaded
+    optimizer share's gradient and parameter copies and CPU Adam step."""
     step: float
     """Sum of the items above: one optimizer step."""
     step_low: float

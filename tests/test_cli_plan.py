@@ -17,7 +17,7 @@ from conftest import run_cli, with_args
 P70 = ["--model", "llama3-70b", "--gpu", "h100", "--gpus", "64", "--seq-len", "8192",
        "--global-batch", "512"]
 
-# The frozen sweep/plan CSV schema (version 2: + the job settings; 4: + model_code). Changing it breaks users'
+# The frozen sweep/plan CSV schema (version 2: + the job settings; 4: + model_code, time_offload_s). Changing it breaks users'
 # notebooks: add a column only with a schema version bump and a note in the README.
 FROZEN_SWEEP_COLUMNS = [
     "model", "gpu", "n_gpus", "gpus_per_node", "seq_len", "global_batch",
@@ -31,7 +31,8 @@ FROZEN_SWEEP_COLUMNS = [
     "mem_capacity_gib", "mem_usable_gib", "mem_reserved_gib", "mem_device_gib",
     "mem_headroom_gib", "mem_first_stage_gib", "mem_last_stage_gib",
     "time_compute_s", "time_recompute_s", "time_tp_comm_s", "time_cp_comm_s", "time_ep_comm_s",
-    "time_pp_comm_s", "time_dp_comm_s", "time_bubble_s", "time_optimizer_s", "time_step_s",
+    "time_pp_comm_s", "time_dp_comm_s", "time_bubble_s", "time_optimizer_s", "time_offload_s",
+    "time_step_s",
     "mfu", "tokens_per_s_per_gpu", "fits", "note",
 ]
 

@@ -41,10 +41,16 @@ def test_rank_exports_the_planned_layout():
     titan = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512, stack="torchtitan")
     assert tomllib.loads(r.stdout)["parallelism"]["tensor_parallel_degree"] == \
         plan(titan, top=1, target="torchtitan").ranked.table.row(0).tp
-    problem = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512, stack="deepspeed")
+    # a fused-kernel model under DeepSpeed (Megatron-DeepSpeed style): micro-batch 2 also fits with
+    # full recompute, so there is a rank 2 (Hugging Face model code, the deepspeed stack's default,
+    # keeps ~1.6x the activations and only micro-batch 1 fits: cost/model_code.py)
+    problem = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512, stack="deepspeed",
+                           model_code="fused")
     ds = plan(problem, top=2, target="deepspeed")
     assert len(ds.ranked) == 2 and check("deepspeed", problem, plan(problem, top=1).ranked.table.row(0))
-    r = run_cli("export", "--target", "deepspeed", *PROBLEM, "--rank", "2")
+    hf = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512, stack="deepspeed")
+    assert len(plan(hf, top=2, target="deepspeed").ranked) == 1
+    r = run_cli("export", "--target", "deepspeed", *PROBLEM, "--model-code", "fused", "--rank", "2")
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
     want = ds.ranked.table.row(1)

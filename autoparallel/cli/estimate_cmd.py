@@ -34,6 +34,10 @@ def estimate_command(
     stage_layers: Annotated[Optional[str], typer.Option(help="Layers per pipeline stage, first to last, e.g. 7,8x14,7 (default: even).", show_default=False)] = None,
     schedule: Annotated[Optional[str], typer.Option(help="Pipeline schedule: 1f1b, interleaved, zb-h1, zbv, dualpipe, dualpipev (default: 1f1b, interleaved with vp > 1).", show_default=False)] = None,
     recompute_num_layers: Annotated[Optional[int], typer.Option(help="With --recompute full: fully recompute only the first N layers of each model chunk (Megatron --recompute-method block); default: every layer.", show_default=False)] = None,
+    recompute_modules: Annotated[Optional[str], typer.Option(help="With --recompute selective: modules re-run, comma-separated (Megatron --recompute-modules) [core_attn].", show_default=False)] = None,
+    recompute_group: Annotated[Optional[int], typer.Option(help="With --recompute full: uniform checkpoint groups of N layers (Megatron --recompute-method uniform) [1].", show_default=False)] = None,
+    offload_layers: Annotated[Optional[int], typer.Option(help="Activation offload of the first N layers of each stage (Megatron-Core --cpu-offloading-num-layers) [0].", show_default=False)] = None,
+    optimizer_offload: Annotated[Optional[float], typer.Option(help="Share of the optimizer state offloaded to the host (Megatron --optimizer-offload-fraction) [0].", show_default=False)] = None,
     fmt: Annotated[Fmt, typer.Option("--format", help="table or json.")] = Fmt.table,
     input: Annotated[Optional[str], typer.Option("--input", help="Batch mode: CSV of layouts to score.", show_default=False)] = None,
     output: Annotated[Optional[str], typer.Option("--output", help="Batch mode: CSV to write (default stdout).", show_default=False)] = None,
@@ -62,7 +66,10 @@ def estimate_command(
 
         layout = Layout(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, recompute=recompute,
                         sp=sp, micro_batch=micro_batch, schedule=schedule,
-                        recompute_layers=recompute_num_layers,
+                        recompute_layers=recompute_num_layers, recompute_group=recompute_group,
+                        recompute_modules=recompute_modules.split(",") if recompute_modules else None,
+                        offload_layers=offload_layers or 0,
+                        optimizer_offload=optimizer_offload or 0.0,
                         stage_layers=parse_stage_layers(stage_layers) if stage_layers else None)
     except ValueError as exc:
         from ..errors import format_validation_error

@@ -93,6 +93,10 @@ def export_command(
     stage_layers: Annotated[Optional[str], typer.Option(help="Layers per pipeline stage, e.g. 7,8x14,7 [even].", show_default=False)] = None,
     schedule: Annotated[Optional[str], typer.Option(help="Pipeline schedule [1f1b; interleaved with vp > 1].", show_default=False)] = None,
     recompute_num_layers: Annotated[Optional[int], typer.Option(help="With --recompute full: recompute only the first N layers of each model chunk [all].", show_default=False)] = None,
+    recompute_modules: Annotated[Optional[str], typer.Option(help="With --recompute selective: modules re-run, comma-separated (Megatron --recompute-modules) [core_attn].", show_default=False)] = None,
+    recompute_group: Annotated[Optional[int], typer.Option(help="With --recompute full: uniform checkpoint groups of N layers (Megatron --recompute-method uniform) [1].", show_default=False)] = None,
+    offload_layers: Annotated[Optional[int], typer.Option(help="Activation offload of the first N layers of each stage (Megatron-Core --cpu-offloading-num-layers) [0].", show_default=False)] = None,
+    optimizer_offload: Annotated[Optional[float], typer.Option(help="Share of the optimizer state offloaded to the host (Megatron --optimizer-offload-fraction) [0].", show_default=False)] = None,
     from_csv: Annotated[Optional[str], typer.Option("--from", help="Sweep CSV holding the problem and the layout (with --row).", show_default=False)] = None,
     row: Annotated[Optional[int], typer.Option("--row", help="Data row of the --from CSV, numbered from 1.", show_default=False)] = None,
     target_version: Annotated[Optional[str], typer.Option("--target-version", help="Launcher release for torchtitan: 0.3 (current, Python config module) or 0.2 / 0.2.2 (TOML).", show_default=False)] = None,
@@ -111,7 +115,9 @@ def export_command(
     flags = {"dp": dp, "tp": tp, "pp": pp, "vp": vp, "cp": cp, "ep": ep, "zero": zero,
              "recompute": recompute, "sp": sp, "micro_batch": micro_batch,
              "stage_layers": stage_layers, "schedule": schedule,
-             "recompute_layers": recompute_num_layers}
+             "recompute_layers": recompute_num_layers, "recompute_group": recompute_group,
+             "recompute_modules": recompute_modules.split(",") if recompute_modules else None,
+             "offload_layers": offload_layers, "optimizer_offload": optimizer_offload}
     cli_name = {"recompute_layers": "recompute_num_layers"}
     layout_flags = [f"--{cli_name.get(k, k).replace('_', '-')}" for k, v in flags.items()
                     if v is not None]

@@ -137,6 +137,11 @@ class SearchOptions:
     stage_layers: Annotated[Optional[str], typer.Option(help="Pin layers per pipeline stage, e.g. 7,8x14,7 (implies pp).", show_default=False)] = None
     first_stage_layers: Annotated[Optional[int], typer.Option(help="Pin the first pipeline stage's layers.", show_default=False)] = None
     last_stage_layers: Annotated[Optional[int], typer.Option(help="Pin the last pipeline stage's layers.", show_default=False)] = None
+    recompute_modules: Annotated[Optional[str], typer.Option(help="Modules selective recompute re-runs, comma-separated: core_attn,layernorm,mlp,moe_act,moe,shared_experts,mla_up_proj (Megatron --recompute-modules; default core_attn).", show_default=False)] = None
+    recompute_group: Annotated[Optional[str], typer.Option(help="Uniform full-recompute groups to try, e.g. 1,2,4 (Megatron --recompute-method uniform --recompute-num-layers).", show_default=False)] = None
+    offload_layers: Annotated[Optional[str], typer.Option(help="Activation offload: layers per stage to try, e.g. 0,8,16 (Megatron-Core --cpu-offloading-num-layers; pp 1, no recompute).", show_default=False)] = None
+    optimizer_offload: Annotated[Optional[str], typer.Option(help="Optimizer-state offload shares to try, e.g. 0,0.5,1 (Megatron --optimizer-offload-fraction, ZeRO-Offload).", show_default=False)] = None
+    offload: Annotated[bool, typer.Option(help="Search offload too: activation offload of a quarter, half, three quarters and all but one of the layers, optimizer offload 0.5 and 1 (unless the two flags above narrow it).")] = False
     allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let TP groups span nodes.")] = False
     ep_in_node: Annotated[bool, typer.Option(help="Require tp x ep inside one node.")] = False
 
@@ -159,7 +164,34 @@ class SearchOptions:
                 raise SpecError(f"`--sp` = {self.sp!r}: choose on, off or both")
         ints = {a: parse_int_list(getattr(self, a), "--" + a.replace("_", "-"))
                 for a in ("tp", "pp", "vp", "cp", "ep", "zero", "micro_batch")}
-        return space.narrowed(recompute=rc, sp=sp_values, **ints, **self._pipeline())
+        return space.narrowed(recompute=rc, sp=sp_values, **ints, **self._pipeline(),
+                              **self._extras())
+
+    def _extras(self) -> dict:
+        """Named recompute modules, uniform groups and offload, as search-space fields."""
+        from ..search.space import parse_int_list
+        from ..specs.layout import RecomputeModule
+
+        out: dict = {"recompute_group": parse_int_list(self.recompute_group, "--recompute-group"),
+                     "offload_layers": parse_int_list(self.offload_layers, "--offload-layers")}
+        if self.recompute_modules is not None:
+            names = [x.strip() for x in self.recompute_modules.split(",") if x.strip()]
+            known = [m.value for m in RecomputeModule]
+            if not names or any(x not in known for x in names):
+                raise SpecError(f"`--recompute-modules` = {self.recompute_modules!r}: choose "
+                                f"from {', '.join(known)}")
+            out["recompute_modules"] = names
+        if self.optimizer_offload is not None:
+            try:
+                out["optimizer_offload"] = [float(x) for x in self.optimizer_offload.split(",")
+                                            if x.strip()]
+            except ValueError:
+                raise SpecError(f"`--optimizer-offload` = {self.optimizer_offload!r}: expected "
+                                "comma-separated shares in [0, 1], e.g. 0,0.5,1") from None
+        if self.offload:
+            out.setdefault("optimizer_offload", [0.0, 0.5, 1.0])
+            out["offload_auto"] = out["offload_layers"] is None
+        return out
 
     def _pipeline(self) -> dict:
         """Schedule and stage-split pins, as search-space fields."""

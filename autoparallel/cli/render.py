@@ -27,7 +27,11 @@ def layout_slug(rec: dict) -> str:
     whole = split and len(split) == lay["pp"] and all(float(x).is_integer() for x in split)
     return Layout(**fields, micro_batch=lay["micro_batch"],
                   stage_layers=[int(x) for x in split] if whole and lay["pp"] > 1 else None,
-                  schedule=lay.get("schedule")).slug
+                  schedule=lay.get("schedule"), recompute_layers=lay.get("recompute_layers"),
+                  recompute_group=lay.get("recompute_group"),
+                  recompute_modules=lay.get("recompute_modules"),
+                  offload_layers=lay.get("offload_layers") or 0,
+                  optimizer_offload=lay.get("optimizer_offload") or 0.0).slug
 
 def _two_lines(name: str) -> str:
     """A column header folded onto two lines at its middle space or slash (`tok/s\n/GPU`)."""

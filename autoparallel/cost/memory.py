@@ -19,6 +19,7 @@ from ..units import GiB
 from .arch import Arch
 from .model_code import model_code
 from .device_memory import outside_allocator_bytes, reserved_bytes
+from .offload import keeps_scores, offloaded_layers, selective_saved, uniform_groups
 from .stages import STAGES, Stage, micro_batches, stages
 
 MEMORY_ITEMS = ("params", "grads", "optimizer", "activations", "embedding_logits", "overhead")
@@ -55,10 +56,11 @@ def layer_activation_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bo
     layer); without SP the LN/QKV/FC1 inputs and masks stay whole on every TP rank, i.e.
     sbh(10 + 24/t) for GPT (Korthikanti Table 2); with SP all of it divides by t. Model code that
     keeps more than the fused kernels (fp32 norms, pre-RoPE copies, an unfused gated MLP) adds its
-    terms (`cost.model_code`; `code_extras` False: the fused accounting only). Eager attention adds the scores 5as^2b (dropout) or 2as^2b.
-    Selective recompute: the stack's policy, Megatron's core attention (drops the scores) or
-    TorchTitan's op-level policy (`op_sac_bytes`). Full recompute keeps the layer input, 2sbh
-    (/t with SP). CP divides the sequence.
+    terms (`cost.model_code`; `code_extras` False: the fused accounting only). Eager attention
+    adds the scores 5as^2b (dropout) or 2as^2b. Selective recompute: the stack's policy,
+    Megatron's core attention (drops the scores; named modules `t["rm"]` drop what
+    `cost.offload.module_saved_bytes` lists) or TorchTitan's op-level policy (`op_sac_bytes`).
+    Full recompute keeps the layer input, 2sbh (/t with SP). CP divides the sequence.
     Low precision (`low_precision` and a stack that saves quantised inputs, e.g. Transformer
     Engine): the inputs of the linear layers are kept in the recipe's element size instead of
     2 bytes: QKV and FC1 inputs 2h + 2h (replicated without SP), output-projection input 2 n_h d_v
@@ -97,7 +99,9 @@ def layer_activation_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bo
     if problem.training.attention == "eager":
         score_coef = 5.0 if arch.dropout else 2.0  # softmax out 2 + mask 1 + dropout out 2 (ref §3.1)
         scores = score_coef * b * (arch.n_heads / tp) * (s / cp) * s
-        stored = stored + np.where(rc == 0, scores, 0.0)
+        stored = stored + np.where(keeps_scores(t, rc), scores, 0.0)
+    if np.any(t["rm"] > 0):  # named modules besides core attention (`cost.offload`)
+        stored = stored - np.where(rc == 1, selective_saved(problem, arch, t, moe, False), 0.0)
     full = 2.0 * tokens * arch.hidden / rep_div
     if problem.stack.selective_policy == "op_sac":
         stored = np.where(rc == 1, op_sac_bytes(arch, t, tokens, moe, problem), stored)
@@ -153,6 +157,8 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
         params = params + np.where(zero < 3, 2.0 * rec.element_bytes * linear, 0.0)
     grads = sharded(float(tr.grad_bytes), 2)
     optimizer = sharded(float(tr.optimizer_bytes), 1)
+    if np.any(t["oo"] > 0):  # optimizer offload: that share of the state is in host memory
+        optimizer = optimizer * (1.0 - t["oo"] / 100.0)
 
     a_dense = layer_activation_bytes(problem, arch, t, moe=False)
     a_moe = layer_activation_bytes(problem, arch, t, moe=True)
@@ -163,9 +169,19 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
             + (1.0 - kept) * a_dense
         a_moe = kept * layer_activation_bytes(problem, arch, t, moe=True, recompute=none) \
             + (1.0 - kept) * a_moe
+    if np.any(t["rn"] < -1):  # uniform groups: one layer input kept per group (`cost.offload`)
+        kept_share, group = uniform_groups(t, st.n_dense + st.n_moe)
+        a_dense, a_moe = a_dense * kept_share, a_moe * kept_share
     # the stack's measured activation factor over the fused-kernel accounting (StackSpec)
     activations = problem.stack.activation_factor * st.inflight * (
         st.n_dense * a_dense + st.n_moe * a_moe)
+    if np.any(t["ao"] > 0):  # activation offload: the first ao layers' saved tensors leave,
+        # one offloaded layer of one micro-batch stays in transfer (`cost.offload`)
+        off_d, off_m = offloaded_layers(t, st.n_dense, st.n_moe)
+        in_transfer = np.where(off_m > 0, a_moe, 0.0)
+        in_transfer = np.maximum(in_transfer, np.where(off_d > 0, a_dense, 0.0))
+        activations = activations - problem.stack.activation_factor * (
+            st.inflight * (off_d * a_dense + off_m * a_moe) - in_transfer)
 
     s, b = tr.seq_len, t["mb"].astype(np.float64)
     tokens = b * s / cp
@@ -195,6 +211,8 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
     # TorchTitan's op-level selective policy recomputes the rest of the block the same way.
     recomputing = (t["rc"] == 2) | ((t["rc"] == 1) & (problem.stack.selective_policy == "op_sac"))
     working = np.where(recomputing & (np.asarray(st.recomputed) > 0), a_none, 0.0)
+    if np.any(t["rn"] < -1):  # a uniform group re-materialises N layers at once
+        working = working * np.where(t["rc"] == 2, group, 1.0)
     # CP ring attention: two KV chunks in flight (reference §3.5).
     kv_div = np.minimum(tp, arch.n_kv_heads)
     kv_buffers = np.where(cp > 1, 2.0 * tokens * arch.act_attn_kv / kv_div, 0.0)

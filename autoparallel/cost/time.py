@@ -23,11 +23,13 @@ from .arch import Arch
 from .comm import Collective, collective_time
 from .compute import attention_time, gemm_time, linear_time, memory_bound_time
 from .memory import layer_activation_bytes, stage_params
+from .offload import (activation_offload_time, moe_recomputed, offloaded_layers,
+                      optimizer_offload_time, selective_recompute_time)
 from .stages import micro_batches, stages
 
 TIME_ITEMS = (
     "compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble",
-    "optimizer",
+    "optimizer", "offload",
 )
 ATTN_BWD = 2.5  # flash-attention backward FLOPs / forward FLOPs (reference §2.4)
 ADAM_BYTES = 26.0  # per parameter: fp32 master r+w 8, m r+w 8, v r+w 8, bf16 param write 2; + grad read
@@ -130,15 +132,32 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
     logits_gemm = gemm_time(problem, T, V / tp, arch.hidden)
     logits_f = logits_gemm + memory_bound_time(problem, ce_bytes)
 
+    named = bool(np.any(t["rm"] > 0))
+    sel = {"dense": np.where(rc == 1, dense[1], 0.0), "moe": np.where(rc == 1, moe[1], 0.0)}
+    if named:  # named modules (`cost.offload`)
+        sel = {"dense": selective_recompute_time(problem, arch, t, False, dense[1]),
+               "moe": selective_recompute_time(problem, arch, t, True, moe[1])}
+        moe_again = moe_recomputed(t)
+    offload = bool(np.any(t["ao"] > 0))
+    if offload:  # bytes each offloaded layer moves per micro-batch (`cost.offload`)
+        factor = problem.stack.activation_factor
+        moved = {"dense": factor * layer_activation_bytes(problem, arch, t, moe=False),
+                 "moe": factor * layer_activation_bytes(problem, arch, t, moe=True)}
+
     out = {}
     for name, st in stages(arch, t, problem.training.global_batch).items():
         parts = {}
+        if offload:
+            n_off = dict(zip(("dense", "moe"), offloaded_layers(t, st.n_dense, st.n_moe)))
         for kind, (gemm, attn, elem), n in (("dense", dense, st.n_dense), ("moe", moe, st.n_moe)):
             fwd = gemm + attn + elem
+            bwd = 2.0 * gemm + ATTN_BWD * attn + 2.0 * elem
             parts[kind] = dict(
                 fwd=n * fwd,
-                bwd=n * (2.0 * gemm + ATTN_BWD * attn + 2.0 * elem),
-                rec=n * np.where(rc == 2, st.recomputed * fwd, np.where(rc == 1, attn, 0.0)),
+                bwd=n * bwd,
+                rec=n * np.where(rc == 2, st.recomputed * fwd, sel[kind]),
+                off=activation_offload_time(problem, moved[kind], fwd, bwd, n_off[kind])
+                if offload else 0.0,
                 cp=n * cp_layer(attn, st.recomputed),
                 tp=n * tp_layer(gemm, st.recomputed),
                 # weight-gradient GEMMs: half the GEMM backward (one of its two GEMMs, = forward)
@@ -150,7 +169,9 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
             rec=parts["dense"]["rec"] + parts["moe"]["rec"],
             tp=parts["dense"]["tp"] + parts["moe"]["tp"],
             cp=parts["dense"]["cp"] + parts["moe"]["cp"],
-            ep=st.n_moe * (a2a * (4.0 + 2.0 * st.recomputed) * ep_share),
+            ep=st.n_moe * (a2a * (4.0 + 2.0 * (st.recomputed + (moe_again if named else 0.0)))
+                           * ep_share),
+            off=parts["dense"]["off"] + parts["moe"]["off"],
             wgrad=parts["dense"]["wgrad"] + parts["moe"]["wgrad"] + st.output * logits_gemm,
             stage=st,
         )
@@ -237,7 +258,8 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
     pp, vp = t["pp"].astype(np.float64), t["vp"].astype(np.float64)
     tp, sp = t["tp"].astype(np.float64), t["sp"] == 1
     per_stage = stage_times(problem, arch, t, groups)
-    tau = {k: v["fwd"] + v["bwd"] + v["rec"] + v["tp"] + v["cp"] + v["ep"] for k, v in per_stage.items()}
+    tau = {k: v["fwd"] + v["bwd"] + v["rec"] + v["tp"] + v["cp"] + v["ep"] + v["off"]
+           for k, v in per_stage.items()}
     tau_all = np.stack(list(tau.values()))
     tau_max = np.max(tau_all, axis=0)
 
@@ -251,10 +273,15 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
         dp = _dp_exposed(problem, t, groups, dense, expert, v["fwd"], v["bwd"], m)
         shard = dense / np.where(zero >= 1, d, 1.0) + expert / np.where(zero >= 1, d_e, 1.0)
         opt = memory_bound_time(problem, shard * (ADAM_BYTES + gb))
+        off = m * v["off"]
+        if np.any(t["oo"] > 0):  # optimizer offload: the host steps that share (`cost.offload`)
+            share = t["oo"] / 100.0
+            opt = opt * (1.0 - share)
+            off = off + optimizer_offload_time(problem, shard, share)
         items_by_stage.append(dict(
             compute=m * (v["fwd"] + v["bwd"]), recompute=m * v["rec"], tp_comm=m * v["tp"],
             cp_comm=m * v["cp"], ep_comm=m * v["ep"], dp_comm=dp,
-            optimizer=opt + problem.profile.step_overhead_ms * MS,
+            optimizer=opt + problem.profile.step_overhead_ms * MS, offload=off,
         ))
     busy = np.stack([sum(it.values()) for it in items_by_stage])
     pace = np.argmax(busy, axis=0)

@@ -123,11 +123,43 @@ class Exporter(ABC):
     """Whether the launcher file can fully recompute only the first N layers of each model
     chunk (`Layout.recompute_layers`; Megatron `--recompute-method block`)."""
 
+    named_recompute: ClassVar[bool] = False
+    """Whether the launcher file can name the modules selective recompute re-runs and group full
+    recompute uniformly (`Layout.recompute_modules`, `recompute_group`; Megatron
+    `--recompute-modules`, `--recompute-method uniform --recompute-num-layers N`)."""
+    activation_offload: ClassVar[bool] = False
+    """Whether the launcher file can offload layers' activations (`Layout.offload_layers`)."""
+    optimizer_offload: ClassVar[bool] = False
+    """Whether the launcher file can offload optimizer state (`Layout.optimizer_offload`);
+    `offload_reasons` adds the target's own conditions."""
+
     def check(self, problem: Problem, layout: Layout) -> list[str]:
         """Reasons this target cannot launch `layout` for `problem` (empty when it can)."""
         job = Job.of(problem, whole_recompute(problem, layout))
-        reasons = common_reasons(job) + self.pipeline_reasons(job)
+        reasons = common_reasons(job) + self.pipeline_reasons(job) + self.offload_reasons(job)
         return reasons + [r for r in self.limits(job) if r not in reasons]
+
+    def offload_reasons(self, job: Job) -> list[str]:
+        """Named recompute modules, uniform recompute groups and offload, where this target
+        cannot write them (the targets that can are named)."""
+        lay, out = job.layout, []
+        if lay.recompute_modules is not None and not self.named_recompute:
+            mods = ",".join(str(getattr(m, "value", m)) for m in lay.recompute_modules)
+            out.append(f"selective recompute of the modules {mods}: {self.name} cannot name "
+                       "them (megatron and slurm write --recompute-modules)")
+        if lay.recompute_group is not None and not self.named_recompute:
+            out.append(f"full recompute in uniform groups of {lay.recompute_group} layers: "
+                       f"{self.name} checkpoints each layer (megatron and slurm write "
+                       "--recompute-method uniform --recompute-num-layers)")
+        if lay.offload_layers and not self.activation_offload:
+            out.append(f"activation offload of {lay.offload_layers} layers: {self.name} has no "
+                       "layer activation offload here (megatron and slurm write "
+                       "--cpu-offloading-num-layers)")
+        if lay.optimizer_offload and not self.optimizer_offload:
+            out.append(f"optimizer offload ({lay.optimizer_offload:g} of the state): "
+                       f"{self.name} cannot offload the optimizer state alone here (megatron "
+                       "and slurm write --optimizer-cpu-offload, deepspeed offload_optimizer)")
+        return out
 
     def pipeline_reasons(self, job: Job) -> list[str]:
         """The layout's schedule or uneven split, where this target cannot write them."""

@@ -56,6 +56,14 @@ def deepspeed_limits(job: Job) -> list[str]:
             "recompute = selective: DeepSpeed has no core-attention-only recompute; the model "
             "decides what is recomputed (docs/export.md, deepspeed row): export recompute full (every layer, "
             "gradient_checkpointing_enable()) or none")
+    if lay.optimizer_offload and lay.zero == 0:
+        reasons.append("optimizer offload with ZeRO-0: DeepSpeed's offload_optimizer needs "
+                       "ZeRO stage 1, 2 or 3 (runtime/zero/config.py)")
+    if lay.optimizer_offload not in (0, 1) and lay.zero != 3:
+        reasons.append(
+            f"optimizer offload of {lay.optimizer_offload:g} of the state with ZeRO-{lay.zero}: "
+            "DeepSpeed's offload_optimizer.ratio (a partial offload) is valid only with ZeRO "
+            "stage 3 (runtime/zero/offload_config.py); use 1 or zero 3")
     return reasons
 
 
@@ -76,6 +84,13 @@ def config(job: Job) -> dict:
         "zero_optimization": {"stage": lay.zero, "overlap_comm": True,
                               "reduce_bucket_size": bucket, "allgather_bucket_size": bucket},
     }
+    if lay.optimizer_offload:
+        # ZeRO-Offload: optimizer state and step on the CPU (offload_config.py;
+        # `ratio` < 1 is ZeRO-3's partial offload)
+        off = {"device": "cpu", "pin_memory": True}
+        if lay.optimizer_offload < 1:
+            off["ratio"] = lay.optimizer_offload
+        cfg["zero_optimization"]["offload_optimizer"] = off
     if lay.recompute == "full":
         cfg["activation_checkpointing"] = {
             "partition_activations": False, "cpu_checkpointing": False,
@@ -109,6 +124,8 @@ def notes(job: Job) -> str:
 
 class DeepSpeedExporter(Exporter):
     """DeepSpeed config JSON for pure data parallelism with ZeRO 0-3."""
+
+    optimizer_offload = True
 
     name = "deepspeed"
     suffix = ".json"

@@ -80,14 +80,23 @@ def parallel_args(job: Job) -> list[list]:
         lines.append(["--overlap-grad-reduce", "--ddp-bucket-size", dp_bucket_params(job)])
     rc = recompute_of(job)
     if rc == Recompute.SELECTIVE:
-        lines.append(["--recompute-granularity", "selective", "--recompute-modules", "core_attn"])
+        mods = [str(getattr(m, "value", m)) for m in (lay.recompute_modules or ["core_attn"])]
+        lines.append(["--recompute-granularity", "selective", "--recompute-modules", *mods])
     elif rc == Recompute.FULL and lay.recompute_layers is not None:
         # the first N layers of each model chunk, the rest keep their activations
         lines.append(["--recompute-granularity", "full", "--recompute-method", "block",
                       "--recompute-num-layers", lay.recompute_layers])
     elif rc == Recompute.FULL:
         lines.append(["--recompute-granularity", "full", "--recompute-method", "uniform",
-                      "--recompute-num-layers", 1])
+                      "--recompute-num-layers", lay.recompute_group or 1])
+    if lay.offload_layers:
+        # layer-level activation offload (TransformerConfig.cpu_offloading_num_layers; the
+        # argument parser turns cpu_offloading on when it is > 0)
+        lines.append(["--cpu-offloading-num-layers", lay.offload_layers])
+    if lay.optimizer_offload:
+        # HybridDeviceOptimizer: needs the precision-aware optimizer (arguments.py check)
+        lines.append(["--optimizer-cpu-offload", "--optimizer-offload-fraction",
+                      f"{lay.optimizer_offload:g}", "--use-precision-aware-optimizer"])
     lines.append(["--micro-batch-size", lay.micro_batch, "--global-batch-size", tr.global_batch])
     lines.append(["--seq-length", tr.seq_len, "--max-position-embeddings", tr.seq_len])
     return lines
@@ -270,6 +279,20 @@ def megatron_limits(job: Job) -> list[str]:
             "q_lora_rank None, --q-lora-rank can only give a rank, and leaving it out keeps "
             "the MLA config default of 512 (megatron-core 0.16.1 transformer_config.py), "
             "which builds a different model")
+    if lay.offload_layers and (lay.pp > 1 or lay.recompute != "none"):
+        reasons.append(
+            f"activation offload of {lay.offload_layers} layers with pp = {lay.pp}, recompute "
+            f"{Recompute(lay.recompute).value}: Megatron-Core's layer offload runs only without "
+            "pipeline parallelism and without recompute (TransformerConfig checks)")
+    if lay.offload_layers and lay.offload_layers >= job.problem.model.n_layers:
+        reasons.append(
+            f"activation offload of {lay.offload_layers} layers: Megatron-Core offloads fewer "
+            f"than the model's {job.problem.model.n_layers} layers")
+    if lay.optimizer_offload and lay.zero != 1:
+        reasons.append(
+            f"optimizer offload with ZeRO-{lay.zero}: Megatron's CPU optimizer needs "
+            "--use-precision-aware-optimizer, which runs only with the distributed optimizer "
+            "(zero 1)")
     return reasons
 
 
@@ -280,6 +303,7 @@ class MegatronExporter(Exporter):
     suffix = ".sh"
     uneven_splits = True
     partial_recompute = True
+    named_recompute = activation_offload = optimizer_offload = True
     summary = "bash script: torchrun ... pretrain_gpt.py with Megatron-LM flags"
 
     def limits(self, job: Job) -> list[str]:

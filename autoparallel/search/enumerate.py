@@ -23,7 +23,7 @@ from ..cost.arch import build_arch
 from ..errors import SpecError
 from ..layouts import ALL_LAYERS, COLUMNS, LayoutTable
 from ..limits import MAX_LAYOUTS
-from ..specs.layout import RECOMPUTE_CODES, SCHEDULE_CODES, Schedule
+from ..specs.layout import RECOMPUTE_CODES, SCHEDULE_CODES, Schedule, modules_mask
 from ..specs.problem import Problem
 from .space import SearchSpace
 from .splits import balanced_splits, output_weight
@@ -189,7 +189,50 @@ def _enumerate(problem: Problem, space: SearchSpace) -> LayoutTable:
               f"sizes that divide the global batch: "
               + ",".join(str(int(d)) for d in divisors(B)[:16]))
     cols["rn"] = np.full(len(cols["mb"]), ALL_LAYERS, dtype=np.int64)  # full = every layer
+    for k in ("rm", "ao", "oo"):  # default modules, nothing offloaded (opened by `_with_extras`)
+        cols[k] = np.zeros(len(cols["mb"]), dtype=np.int64)
+    cols = _with_extras(cols, problem, space)
     return LayoutTable({k: np.ascontiguousarray(cols[k]) for k in COLUMNS}, L)
+
+
+def _with_extras(cols: dict[str, np.ndarray], problem: Problem, space: SearchSpace) -> dict:
+    """The axes that are off unless the space opens them: named recompute modules (selective
+    rows take that module set), uniform recompute groups (full-recompute rows of every layer
+    crossed with the group sizes), activation offload (rows with pp = 1 and no recompute, the
+    only ones Megatron-Core's layer offload runs: TransformerConfig refuses it with pipeline
+    parallelism or recompute; fewer layers than the model's) and optimizer offload. Offload
+    needs the GPU's host link (`GPUSpec.host_link_gb_per_s`)."""
+    if space.recompute_modules is not None:
+        cols["rm"] = np.where(cols["rc"] == 1, modules_mask(space.recompute_modules), 0)
+    if space.recompute_group is not None:
+        groups = sorted(set(space.recompute_group))
+        cols = _cross(cols, "rn", [-g for g in groups])
+        cols = _keep(cols, (cols["rc"] == 2) | (cols["rn"] == -groups[0]))
+        cols["rn"] = np.where(cols["rc"] == 2, cols["rn"], ALL_LAYERS)
+    wants = [x for x in (space.offload_layers or []) if x] + [
+        x for x in (space.optimizer_offload or []) if x] + ([1] if space.offload_auto else [])
+    if wants and problem.cluster.gpu.host_link_gb_per_s is None:
+        raise SpecError(f"offload needs the GPU's host link, and GPU `{problem.cluster.gpu.name}`"
+                        " gives no `host_link_gb_per_s`; add it to the GPU spec or drop "
+                        "--offload-layers/--optimizer-offload")
+    L = problem.model.n_layers
+    layers = space.offload_layers
+    if layers is None and space.offload_auto:
+        layers = [x for x in {L // 4, L // 2, 3 * L // 4, L - 1} if x > 0]
+    if layers is not None:
+        values = sorted(set(layers) | {0})
+        cols = _cross(cols, "ao", values)
+        ok = (cols["ao"] == 0) | ((cols["pp"] == 1) & (cols["rc"] == 0)
+                                  & (cols["ao"] < problem.model.n_layers))
+        cols = _keep(cols, ok)
+        if not np.any(cols["ao"] > 0) and space.offload_layers and any(space.offload_layers):
+            raise SpecError(f"--offload-layers {_values(space, 'offload_layers')}: activation "
+                            "offload runs with pp = 1 and recompute none (Megatron-Core), on "
+                            f"fewer than the model's {problem.model.n_layers} layers; allow "
+                            "--pp 1 and --recompute none")
+    if space.optimizer_offload is not None:
+        cols = _cross(cols, "oo", sorted({0} | {round(x * 100) for x in space.optimizer_offload}))
+    return cols
 
 
 def _dominated(cols: dict[str, np.ndarray], codes: list[int], moe: bool) -> np.ndarray:

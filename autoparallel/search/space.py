@@ -10,9 +10,10 @@ from pydantic import Field, PositiveInt, ValidationError, field_validator
 
 from ..errors import SpecError, format_validation_error
 from ..specs._base import Spec
-from ..specs.layout import Recompute, Schedule
+from ..specs.layout import Recompute, RecomputeModule, Schedule
 
-AXES = ("tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch", "schedule")
+AXES = ("tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch", "schedule",
+        "recompute_modules", "recompute_group", "offload_layers", "optimizer_offload")
 
 
 class SearchSpace(Spec):
@@ -46,6 +47,22 @@ class SearchSpace(Spec):
     `last_stage_layers` is pinned too)."""
     last_stage_layers: PositiveInt | None = None
     """Pin the last pipeline stage's layers."""
+    recompute_modules: list[RecomputeModule] | None = None
+    """Modules selective recompute re-runs (Megatron `--recompute-modules`); None = its default,
+    core_attn."""
+    recompute_group: list[PositiveInt] | None = None
+    """Uniform checkpoint groups to try with full recompute (Megatron `--recompute-method
+    uniform --recompute-num-layers`); None = one layer per group only."""
+    offload_layers: list[int] | None = None
+    """Layers per stage whose activations are offloaded to the host (Megatron-Core
+    `--cpu-offloading-num-layers`; tried where pp = 1 without recompute, as Megatron-Core
+    requires); None = off."""
+    optimizer_offload: list[float] | None = None
+    """Shares of the optimizer state offloaded to the host (Megatron
+    `--optimizer-offload-fraction`, ZeRO-Offload); None = off."""
+    offload_auto: bool = False
+    """With `offload_layers` None: try activation offload of a quarter, half, three quarters and
+    all but one of the model's layers (`--offload`)."""
     uneven: bool = True
     """Propose balanced uneven pipeline splits besides the even one."""
     max_micro_batch: PositiveInt = 16
@@ -68,6 +85,11 @@ class SearchSpace(Spec):
             raise ValueError(f"axis `{info.field_name}` is empty: give at least one value or leave it out")
         if v is not None and info.field_name == "zero" and any(z not in (0, 1, 2, 3) for z in v):
             raise ValueError(f"ZeRO stages must be 0-3, got {v}")
+        if v is not None and info.field_name == "offload_layers" and any(x < 0 for x in v):
+            raise ValueError(f"offload layers must be >= 0, got {v}")
+        if v is not None and info.field_name == "optimizer_offload" and any(
+                not 0 <= x <= 1 or round(x * 100) != round(x * 100, 6) for x in v):
+            raise ValueError(f"optimizer offload shares must lie in [0, 1] in steps of 0.01, got {v}")
         return sorted(set(v), key=lambda x: (str(type(x)), x)) if v is not None else v
 
     def narrowed(self, **axes) -> SearchSpace:

@@ -62,6 +62,16 @@ class Profile(Spec):
     "Compute-Communication Overlap Causes Severe GEMM Performance Degradation")."""
     step_overhead_ms: NonNegativeFloat = 0.0
     """Fixed time per step outside the model (data loading, logging, launch gaps), milliseconds."""
+    host_link_efficiency: float = Field(0.8, gt=0, le=1)
+    """Share of the host link's per-direction spec (`GPUSpec.host_link_gb_per_s`) that pinned
+    host<->device copies reach, the rate activation and optimizer offload move at. Assumption
+    from CUDA `bandwidthTest` pinned-memory figures [recalled]: PCIe Gen4 x16 ~25-26 of 32 GB/s,
+    Gen5 x16 ~50-55 of 64 GB/s; not measured by the project."""
+    cpu_adam_params_per_s: PositiveFloat = 1.1e8
+    """Parameters per second the host's CPU Adam step updates for one GPU (optimizer offload).
+    ZeRO-Offload (Ren et al. 2021, arXiv 2101.06840, CPU-Adam latency table): about 1.1 s per
+    1e9 parameters with the whole host's cores [recalled], i.e. ~0.9e9/s per host, shared by the
+    8 GPU processes of a node: ~1.1e8/s per GPU. Set it to the host's measured rate."""
     memory_overhead_gib: NonNegativeFloat = 1.5
     """Fixed per-GPU memory outside the ledger: CUDA context (~0.5 GiB) plus cuBLAS and NCCL
     workspaces (~1 GiB) (ref §3.6). Fragmentation is covered by the usable fraction."""
@@ -95,6 +105,9 @@ class GPUSpec(Spec):
     """GPUs that share the scale-up fabric (8 for HGX boards, 72 for GB200 NVL72)."""
     nic_gbit_per_s: PositiveFloat
     """Scale-out network bandwidth per GPU, Gbit/s."""
+    host_link_gb_per_s: PositiveFloat | None = None
+    """GPU <-> host (CPU memory) link, one direction, GB/s: PCIe or NVLink-C2C. Prices activation
+    and optimizer offload; None = unknown (offload then cannot be costed on this GPU)."""
     nvls: bool = False
     """Whether all-reduce inside the scale-up domain can use NVLink SHARP."""
     tdp_w: PositiveFloat | None = None

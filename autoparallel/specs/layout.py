@@ -10,7 +10,7 @@ import re
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import NonNegativeInt, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
 
 from ._base import Spec
 
@@ -21,6 +21,41 @@ class Recompute(StrEnum):
     NONE = "none"
     SELECTIVE = "selective"
     FULL = "full"
+
+
+class RecomputeModule(StrEnum):
+    """A submodule that selective recompute re-runs (Megatron-Core `--recompute-modules`, the
+    names of `TransformerConfig.recompute_modules` for transformer layers; its default is
+    `core_attn` alone). Activation bytes each one frees: `cost.memory.module_saved_bytes`."""
+
+    CORE_ATTN = "core_attn"
+    """Core attention: frees what it stores inside (the eager scores)."""
+    LAYERNORM = "layernorm"
+    """input_layernorm and pre_mlp_layernorm outputs (the QKV and FC1 inputs)."""
+    MLP = "mlp"
+    """The dense MLP: frees its FC1 output and FC2 input."""
+    MOE_ACT = "moe_act"
+    """The MoE experts' activation function: frees the expert FC2 inputs."""
+    MOE = "moe"
+    """The whole MoE layer: frees its router probabilities, routed and shared experts' tensors."""
+    SHARED_EXPERTS = "shared_experts"
+    """The MoE layer's shared experts."""
+    MLA_UP_PROJ = "mla_up_proj"
+    """MLA up-projections and RoPE: frees the Q, K and V they produce (MLA models only)."""
+
+
+MODULE_BITS = {m: 1 << i for i, m in enumerate(RecomputeModule)}
+"""Bit of each module in the layout table's `rm` column (0 = Megatron's default, core_attn)."""
+
+
+def modules_mask(modules) -> int:
+    """`rm` bitmask of a module list (None = 0, the default)."""
+    return 0 if modules is None else sum(MODULE_BITS[RecomputeModule(m)] for m in set(modules))
+
+
+def mask_modules(mask: int) -> list[RecomputeModule] | None:
+    """Module list of an `rm` bitmask, in declaration order (0 = None, the default)."""
+    return [m for m, bit in MODULE_BITS.items() if mask & bit] or None
 
 
 RECOMPUTE_CODES = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
@@ -121,6 +156,21 @@ class Layout(Spec):
     """With `recompute = full`: fully recompute only the first N transformer layers of each
     model chunk, keeping every other layer's activations (Megatron `--recompute-method block
     --recompute-num-layers N`); None = every layer (Megatron's full recompute), 0 = none."""
+    recompute_group: PositiveInt | None = None
+    """With `recompute = full` of every layer: checkpoint groups of N consecutive layers, keeping
+    one layer input per group and re-running a whole group in its backward (Megatron
+    `--recompute-method uniform --recompute-num-layers N`); None = 1, one layer per group."""
+    recompute_modules: list[RecomputeModule] | None = None
+    """With `recompute = selective`: the submodules re-run in backward (Megatron
+    `--recompute-modules`); None = Megatron's default, core_attn alone."""
+    offload_layers: NonNegativeInt = 0
+    """Activation offload: the saved activations of the first N transformer layers of each
+    pipeline stage go to host memory in the forward and come back before their backward
+    (Megatron-Core `--cpu-offloading-num-layers N`); 0 = off."""
+    optimizer_offload: float = Field(0.0, ge=0.0, le=1.0)
+    """Share of the fp32 optimizer state (master weights and moments) kept in host memory and
+    stepped by the CPU (Megatron `--optimizer-cpu-offload --optimizer-offload-fraction F`,
+    DeepSpeed ZeRO-Offload); in steps of 0.01; 0 = off."""
 
     @model_validator(mode="after")
     def _check(self) -> Layout:
@@ -144,6 +194,29 @@ class Layout(Spec):
                 f"`recompute_layers` ({self.recompute_layers}) counts fully recomputed layers per "
                 f"model chunk and needs recompute = full (got {Recompute(self.recompute).value}); "
                 "set recompute = full or drop recompute_layers")
+        rc = Recompute(self.recompute)
+        if self.recompute_group is not None:
+            if rc != Recompute.FULL or self.recompute_layers is not None:
+                raise ValueError(
+                    f"`recompute_group` ({self.recompute_group}) groups fully recomputed layers "
+                    "(Megatron --recompute-method uniform) and needs recompute = full without "
+                    "`recompute_layers` (the block method); drop one of them")
+            if self.recompute_group == 1:
+                object.__setattr__(self, "recompute_group", None)  # one layer per group: default
+        if self.recompute_modules is not None:
+            if rc != Recompute.SELECTIVE:
+                raise ValueError(
+                    f"`recompute_modules` needs recompute = selective (got {rc.value}); set "
+                    "recompute = selective or drop recompute_modules")
+            if not self.recompute_modules:
+                raise ValueError("`recompute_modules` is empty: name at least one module, e.g. "
+                                 "core_attn, or leave it out for the default (core_attn)")
+            mods = mask_modules(modules_mask(self.recompute_modules))
+            object.__setattr__(self, "recompute_modules",
+                               None if mods == [RecomputeModule.CORE_ATTN] else mods)
+        if round(self.optimizer_offload * 100) != round(self.optimizer_offload * 100, 6):
+            raise ValueError(f"`optimizer_offload` ({self.optimizer_offload}) is a share in steps "
+                             "of 0.01, e.g. 0.5")
         if self.schedule is not None:
             sch = Schedule(self.schedule)
             if sch == Schedule.INTERLEAVED and self.vp == 1:
@@ -184,15 +257,24 @@ class Layout(Spec):
         sch = self.pipeline_schedule
         sched = "" if sch == default_schedule(self.vp) else "-s" + sch.value.replace("-", "")
         rn = "" if self.recompute_layers is None else str(self.recompute_layers)
+        if self.recompute_group is not None:
+            rn = f"g{self.recompute_group}"
+        if self.recompute_modules is not None:
+            rn = "".join("+" + RecomputeModule(m).value for m in self.recompute_modules)
+        off = f"-ao{self.offload_layers}" if self.offload_layers else ""
+        if self.optimizer_offload:
+            off += f"-oo{round(self.optimizer_offload * 100)}"
         return (
             f"dp{self.dp}-tp{self.tp}-pp{self.pp}{split}-vp{self.vp}-cp{self.cp}-ep{self.ep}"
-            f"-z{self.zero}-r{self.recompute.value}{rn}{sp}-mb{self.micro_batch}{sched}"
+            f"-z{self.zero}-r{self.recompute.value}{rn}{sp}-mb{self.micro_batch}{sched}{off}"
         )
 
     @classmethod
     def from_slug(cls, slug: str) -> Layout:
         """Parse `dp8-tp4-pp2-vp1-cp1-ep1-z1-rnone-sp-mb1` (or `...-pp16[7,8x14,7]-...-szbh1`,
-        `-rfull2` for full recompute of the first 2 layers of each chunk);
+        `-rfull2` for full recompute of the first 2 layers of each chunk, `-rfullg4` for uniform
+        groups of 4, `-rselective+core_attn+mlp` for named modules, `-ao2` for activation offload
+        of 2 layers per stage, `-oo50` for half the optimizer state offloaded);
         omitted axes take defaults."""
         fields: dict = {"sp": False}
         schedules = {sch.value.replace("-", ""): sch.value for sch in Schedule}
@@ -211,6 +293,15 @@ class Layout(Spec):
                 fields["recompute"] = part[1:]
             elif re.fullmatch(r"rfull\d+", part):  # full recompute of the first N layers
                 fields["recompute"], fields["recompute_layers"] = "full", int(part[5:])
+            elif re.fullmatch(r"rfullg\d+", part):  # uniform groups of N layers
+                fields["recompute"], fields["recompute_group"] = "full", int(part[6:])
+            elif m := re.fullmatch(r"rselective((?:\+[a-z_]+)+)", part):  # named modules
+                fields["recompute"] = "selective"
+                fields["recompute_modules"] = m[1].split("+")[1:]
+            elif re.fullmatch(r"ao\d+", part):  # activation offload of N layers per stage
+                fields["offload_layers"] = int(part[2:])
+            elif re.fullmatch(r"oo\d+", part):  # optimizer offload, percent
+                fields["optimizer_offload"] = int(part[2:]) / 100.0
             else:
                 raise ValueError(
                     f"layout slug part {part!r} not understood; expected e.g. "
