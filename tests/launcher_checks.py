@@ -118,6 +118,11 @@ def megatron_parser() -> _Parser:
     a("--recompute-method", choices=["uniform", "block"], default=None)
     a("--recompute-num-layers", type=int, default=None)
     a("--recompute-modules", nargs="*", default=None)
+    # offload (Megatron-LM d98e8a6 arguments.py / TransformerConfig)
+    a("--cpu-offloading-num-layers", type=int, default=0)
+    a("--optimizer-cpu-offload", action="store_true")
+    a("--optimizer-offload-fraction", type=float, default=1.0)
+    a("--use-precision-aware-optimizer", action="store_true")
     a("--micro-batch-size", type=int, required=True)
     a("--global-batch-size", type=int, default=None)
     a("--seq-length", type=int, required=True)
@@ -223,6 +228,14 @@ def megatron_layout(words: list[str], world: int, env: dict) -> dict:
     else:
         _need(g.recompute_method is None and g.recompute_num_layers is None,
               "method/num-layers only with full recompute")
+    if g.cpu_offloading_num_layers > 0:  # TransformerConfig.__post_init__
+        _need(g.cpu_offloading_num_layers < layers, "cpu-offloading-num-layers >= num_layers")
+        _need(pp == 1, "CPU offloading with pipeline parallelism")
+        _need(g.recompute_granularity is None, "CPU offloading with activation recomputation")
+    if g.optimizer_cpu_offload:  # arguments.py validate_args
+        _need(g.use_precision_aware_optimizer,
+              "--optimizer-cpu-offload needs --use-precision-aware-optimizer")
+        _need(0.0 <= g.optimizer_offload_fraction <= 1.0, "optimizer-offload-fraction not in [0, 1]")
     if ep > 1:
         _need(g.num_experts is not None and g.num_experts % ep == 0, "num_experts % EP != 0")
         etp = g.expert_tensor_parallel_size or tp

@@ -41,8 +41,33 @@ def parse(kind: str, *args: str) -> dict:
 def test_deepspeed_config_accepts_the_zero3_full_recompute_golden():
     got = parse("deepspeed", str(GOLDEN / "deepspeed-dp64-z3-full.json"), "64")
     assert got == dict(train_batch_size=512, micro=1, accum=8, zero=3, overlap_comm=True,
-                       bf16=True, grad_accum_dtype="bf16", reduce_bucket_size=64_000_000,
-                       checkpointing=True)
+                       bf16=True, offload_optimizer=None, grad_accum_dtype="bf16",
+                       reduce_bucket_size=64_000_000, checkpointing=True)
+
+
+def test_deepspeed_config_accepts_the_optimizer_offload_export(tmp_path):
+    p = make_problem("llama3-8b", "h100", 8, seq_len=4096, global_batch=64, stack="deepspeed")
+    path = tmp_path / "ds.json"
+    path.write_text(render("deepspeed", p, Layout(dp=8, zero=2, optimizer_offload=1.0)))
+    got = parse("deepspeed", str(path), "8")
+    assert (got["zero"], got["offload_optimizer"], got["micro"]) == (2, "cpu", 1)
+
+
+def test_megatron_core_accepts_offload_and_named_recompute_exports():
+    """TransformerConfig.__post_init__ and OptimizerConfig take the exported offload and named-
+    module flags (CPU offloading only without PP and recompute, as Megatron-Core checks)."""
+    p = make_problem("llama3-8b", "h100", 8, seq_len=4096, global_batch=64)
+    for lay, want in [
+        (Layout(tp=1, zero=1, offload_layers=4, optimizer_offload=0.5),
+         dict(recompute_modules=["core_attn"], cpu_offloading_num_layers=4,
+              optimizer_cpu_offload=True, optimizer_offload_fraction=0.5)),
+        (Layout(tp=2, zero=1, recompute="selective", recompute_modules=["layernorm", "mlp"]),
+         dict(recompute_modules=["layernorm", "mlp"], cpu_offloading_num_layers=0,
+              optimizer_cpu_offload=False, optimizer_offload_fraction=1.0)),
+    ]:
+        g = vars(megatron_script_layout(render("megatron", p, lay))["args"])
+        got = parse("megatron_core", json.dumps(g))
+        assert {k: got[k] for k in want} == want
 
 
 def test_torchtitan_03_config_manager_loads_the_golden_module(tmp_path):
@@ -68,7 +93,9 @@ def test_megatron_core_builds_the_planned_model_from_the_script(grad_dtype):
     got = parse("megatron_core", json.dumps(g))
     assert got == dict(normalization="RMSNorm", add_bias_linear=False, gated=True, groups=8,
                        kv=128, ffn=28672, grad_reduce_in_fp32=grad_dtype == "fp32",
-                       dist_opt=True, bucket=40_000_000)
+                       dist_opt=True, bucket=40_000_000, recompute_modules=["core_attn"],
+                       cpu_offloading_num_layers=0, optimizer_cpu_offload=False,
+                       optimizer_offload_fraction=1.0)
 
 
 def test_nanotron_parallelism_args_accept_the_golden():

@@ -25,6 +25,8 @@ def deepspeed(path: str, dp: int) -> dict:
     return dict(train_batch_size=c.train_batch_size, micro=c.train_micro_batch_size_per_gpu,
                 accum=c.gradient_accumulation_steps, zero=c.zero_optimization_stage,
                 overlap_comm=c.zero_config.overlap_comm, bf16=c.bfloat16_config.enabled,
+                offload_optimizer=(getattr(c.zero_config.offload_optimizer.device, "value", c.zero_config.offload_optimizer.device)
+                                   if c.zero_config.offload_optimizer else None),
                 grad_accum_dtype=str(c.grad_accum_dtype),
                 reduce_bucket_size=int(c.zero_config.reduce_bucket_size),
                 checkpointing="activation_checkpointing" in json.load(open(path)))
@@ -64,6 +66,9 @@ def megatron_core(args: dict) -> dict:
         pipeline_dtype=torch.bfloat16,
         recompute_granularity=args["recompute_granularity"],
         recompute_method=args["recompute_method"], recompute_num_layers=args["recompute_num_layers"],
+        recompute_modules=args.get("recompute_modules"),
+        cpu_offloading=args.get("cpu_offloading_num_layers", 0) > 0,
+        cpu_offloading_num_layers=args.get("cpu_offloading_num_layers", 0),
         hidden_dropout=args["hidden_dropout"], attention_dropout=args["attention_dropout"])
     ddp = DistributedDataParallelConfig(
         grad_reduce_in_fp32=not args["grad_reduce_in_bf16"],
@@ -71,10 +76,28 @@ def megatron_core(args: dict) -> dict:
         overlap_param_gather=args["overlap_param_gather"],
         use_distributed_optimizer=args["use_distributed_optimizer"],
         bucket_size=args["ddp_bucket_size"])
-    return dict(normalization=tc.normalization, add_bias_linear=tc.add_bias_linear,
-                gated=tc.gated_linear_unit, groups=tc.num_query_groups, kv=tc.kv_channels,
-                ffn=tc.ffn_hidden_size, grad_reduce_in_fp32=ddp.grad_reduce_in_fp32,
-                dist_opt=ddp.use_distributed_optimizer, bucket=ddp.bucket_size)
+    import megatron.core.optimizer.optimizer_config as oc
+    from megatron.core.optimizer import OptimizerConfig
+    from packaging.version import Version
+
+    # Transformer Engine (a CUDA build) is not installable here: stand in for TE 2.1, the version
+    # the precision-aware optimizer asks for (OptimizerConfig.__post_init__)
+    oc.is_te_min_version = lambda v, *a, **k: Version("2.1.0") >= Version(v)
+
+    opt = OptimizerConfig(
+        optimizer_cpu_offload=args.get("optimizer_cpu_offload", False),
+        optimizer_offload_fraction=args.get("optimizer_offload_fraction", 1.0),
+        use_precision_aware_optimizer=args.get("use_precision_aware_optimizer", False),
+        use_distributed_optimizer=args["use_distributed_optimizer"])
+    out = dict(normalization=tc.normalization, add_bias_linear=tc.add_bias_linear,
+               gated=tc.gated_linear_unit, groups=tc.num_query_groups, kv=tc.kv_channels,
+               ffn=tc.ffn_hidden_size, grad_reduce_in_fp32=ddp.grad_reduce_in_fp32,
+               dist_opt=ddp.use_distributed_optimizer, bucket=ddp.bucket_size)
+    out |= dict(recompute_modules=tc.recompute_modules,
+                cpu_offloading_num_layers=tc.cpu_offloading_num_layers if tc.cpu_offloading else 0,
+                optimizer_cpu_offload=opt.optimizer_cpu_offload,
+                optimizer_offload_fraction=opt.optimizer_offload_fraction)
+    return out
 
 
 def nanotron(path: str) -> dict:
