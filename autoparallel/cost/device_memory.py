@@ -13,8 +13,9 @@ reserves (`max_memory_reserved`, what TorchTitan prints) and what `nvidia-smi` s
   near 40 GB" = +9.2 %): their geometric mean, +6.6 %. With `expandable_segments:True`
   (PYTORCH_CUDA_ALLOC_CONF; PyTorch docs) segments grow in place and the holes mostly vanish; the
   planner does not assume it.
-- **Device** = reserved + CUDA context + NCCL communicator buffers + cuBLAS / Transformer Engine
-  workspaces, none of which goes through the caching allocator.
+- **Device** = reserved + CUDA context + NCCL communicator buffers, neither of which goes through
+  the caching allocator (cuBLAS / Transformer Engine workspaces do: PyTorch and TE allocate them as
+  tensors, so they are in the ledger's `overhead`, `Profile.memory_overhead_gib`).
   * CUDA context: 0.3-0.6 GiB per process (CUDA C Programming Guide, lazy loading, CUDA 11.7+
     keeps the lower end; measured on A100/H100 with PyTorch: ~0.5 GiB). We use `CUDA_CONTEXT`.
   * NCCL: each communicator a rank belongs to (one per parallel group of size > 1) holds, per
@@ -23,10 +24,10 @@ reserves (`max_memory_reserved`, what TorchTitan prints) and what `nvidia-smi` s
     algorithm and the 8-16 channels NCCL opens inside an NVLink node that is ~16 x 2 x 4 MiB =
     128 MiB per communicator (`NCCL_PER_COMMUNICATOR`). The groups a rank is in follow from the
     layout (`communicators`).
-  * Workspaces: PyTorch's cuBLAS workspace is 32 MiB per handle on Hopper and later (4096 KiB x 8,
-    CUBLAS_WORKSPACE_CONFIG default, PyTorch docs "Reproducibility"/cuBLAS); Transformer Engine
-    allocates its own 32 MiB cuBLASLt workspace per GEMM stream (transformer_engine
-    get_cublas_workspace_size_bytes). We count one of each (`WORKSPACES`).
+  * Workspaces are not added here: PyTorch's cuBLAS workspace (32 MiB per handle on Hopper,
+    CUBLAS_WORKSPACE_CONFIG default, PyTorch docs "Reproducibility") and Transformer Engine's
+    cuBLASLt workspace (transformer_engine get_cublas_workspace_size_bytes) are tensors from the
+    caching allocator, inside `memory_overhead_gib`.
 """
 
 from __future__ import annotations
@@ -44,8 +45,6 @@ CUDA_CONTEXT = 0.5 * GiB
 """CUDA context per process (0.3-0.6 GiB, module docstring)."""
 NCCL_PER_COMMUNICATOR = 16 * 2 * 4 * MiB
 """NCCL buffers per communicator: 16 channels x 2 connections x NCCL_BUFFSIZE 4 MiB."""
-WORKSPACES = 2 * 32 * MiB
-"""cuBLAS (PyTorch) + Transformer Engine GEMM workspaces, 32 MiB each on Hopper."""
 
 
 def communicators(t: LayoutTable) -> np.ndarray:
@@ -66,6 +65,6 @@ def reserved_bytes(allocated: np.ndarray) -> np.ndarray:
 
 
 def outside_allocator_bytes(t: LayoutTable) -> np.ndarray:
-    """What `nvidia-smi` shows beyond the caching allocator's reserve: CUDA context, NCCL
-    buffers of every communicator the rank is in, GEMM workspaces."""
-    return CUDA_CONTEXT + WORKSPACES + NCCL_PER_COMMUNICATOR * communicators(t)
+    """What `nvidia-smi` shows beyond the caching allocator's reserve: CUDA context and the NCCL
+    buffers of every communicator the rank is in."""
+    return CUDA_CONTEXT + NCCL_PER_COMMUNICATOR * communicators(t)

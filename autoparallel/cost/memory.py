@@ -224,7 +224,20 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
         # larger of the two, not their sum; with accumulation they persist across micro-batches.
         transient = activations + embed + logits + working
         one = micro_batches(tr.global_batch, t) <= 1
+        grads_full = grads
         grads = np.where(one, np.maximum(grads - transient, 0.0), grads)
+    else:
+        grads_full = grads
+    if problem.stack.optimizer_foreach:
+        # The optimizer step runs after the backward, every gradient held and no activation: a
+        # foreach AdamW adds one moment-sized temporary (4 bytes fp32, 2 bf16) per local
+        # parameter (`StackSpec.optimizer_foreach`); where that peak exceeds the backward's, the
+        # excess is overhead (allocated = the larger of the two peaks).
+        moment = 4.0 if tr.optimizer_dtype == "fp32" else 2.0
+        fixed = problem.profile.memory_overhead_gib * GiB
+        backward_peak = grads + activations + embed + logits + overhead
+        step_peak = grads_full + sharded(moment, 1) + fixed
+        overhead = overhead + np.maximum(step_peak - backward_peak, 0.0)
 
     return {
         "params": params,

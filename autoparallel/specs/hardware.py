@@ -72,9 +72,12 @@ class Profile(Spec):
     ZeRO-Offload (Ren et al. 2021, arXiv 2101.06840, CPU-Adam latency table): about 1.1 s per
     1e9 parameters with the whole host's cores [recalled], i.e. ~0.9e9/s per host, shared by the
     8 GPU processes of a node: ~1.1e8/s per GPU. Set it to the host's measured rate."""
-    memory_overhead_gib: NonNegativeFloat = 1.5
-    """Fixed per-GPU memory outside the ledger: CUDA context (~0.5 GiB) plus cuBLAS and NCCL
-    workspaces (~1 GiB) (ref §3.6). Fragmentation is covered by the usable fraction."""
+    memory_overhead_gib: NonNegativeFloat = 1.0
+    """Fixed per-GPU memory inside the caching allocator beyond the ledger's items: cuBLAS /
+    cuBLASLt and Transformer Engine workspaces (PyTorch and TE allocate them as tensors),
+    data-parallel bucket and backward temporaries. Ref §3.6 budgets 0.5-2 GB for the CUDA context
+    and workspaces together; the context (~0.5 GiB) and NCCL's buffers lie outside the allocator
+    and are added to the device figure only (`cost.device_memory`), so 1.5 - 0.5 = 1.0 GiB here."""
 
 
 class GPUSpec(Spec):
@@ -85,7 +88,9 @@ class GPUSpec(Spec):
     description: str = ""
     """Marketing name and form factor."""
     bf16_tflops: PositiveFloat
-    """Dense BF16 peak, TFLOP/s."""
+    """Dense BF16 peak, TFLOP/s (the 16-bit tensor peak: FP16 where the GPU has no BF16)."""
+    bf16: bool = True
+    """Whether the tensor cores take BF16 (Volta has FP16 only: `--precision fp16`)."""
     fp8_tflops: PositiveFloat | None = None
     """Dense FP8 peak, TFLOP/s (None where the GPU has no FP8 tensor cores)."""
     fp4_tflops: PositiveFloat | None = None

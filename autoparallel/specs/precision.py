@@ -57,7 +57,8 @@ class PrecisionRecipe:
 
 
 RECIPES: dict[str, PrecisionRecipe] = {
-    "bf16": PrecisionRecipe("bf16", "bf16", 2.0, False, source="BF16 mixed precision"),
+    "bf16": PrecisionRecipe("bf16", "bf16", 2.0, False, source="BF16 mixed precision",
+                            needs="BF16 tensor cores (Ampere or later; use --precision fp16)"),
     "fp16": PrecisionRecipe("fp16", "bf16", 2.0, False,
                             source="FP16 mixed precision; FP16 = BF16 tensor-core peak on every preset"),
     "fp8": PrecisionRecipe("fp8", "fp8", 1.0, True, needs="FP8 tensor cores (Hopper or later, CDNA3)",
@@ -82,6 +83,8 @@ def recipe(name: str) -> PrecisionRecipe:
 def supported(gpu, name: str) -> bool:
     """Whether `gpu` (a `GPUSpec`) can run precision `name`."""
     r = RECIPES[name]
+    if name == "bf16":
+        return gpu.bf16
     if r.peak == "bf16":
         return True
     if name == "mxfp8":

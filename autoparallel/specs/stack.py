@@ -81,6 +81,11 @@ class StackSpec(Spec):
     sequence_parallel: bool = True
     """Whether the stack implements sequence parallelism with TP (Megatron SP); without it the
     search keeps SP off and a run that states nothing is read as SP off."""
+    optimizer_foreach: bool = False
+    """Whether the optimizer step allocates a moment-sized temporary per parameter (PyTorch
+    `torch.optim.AdamW` with `foreach`, the CUDA default: `_foreach_sqrt(exp_avg_sqs)` before the
+    in-place update); False for fused multi-tensor kernels updating in place (Apex / Transformer
+    Engine FusedAdam in Megatron, DeepSpeed FusedAdam, TorchTitan's default `fused`)."""
     persistent_grads: bool = True
     """Whether gradients live in a buffer that persists across steps (Megatron's contiguous grad
     buffer, DeepSpeed's partitioned gradients); False for PyTorch FSDP / TorchTitan, whose

@@ -21,6 +21,12 @@ def gpu_preset(text: str) -> str:
         return "b200"
     if "mi300x" in t:
         return "mi300x"
+    if "a10g" in t:
+        return "a10g"
+    if "v100" in t:
+        if re.search(r"\b16\s*gb", t):
+            raise RowSkip("unknown GPU (V100 16GB: no preset)")
+        return "v100-32gb"
     if "h800" in t:
         return "h800"
     if "h200" in t:
@@ -35,9 +41,13 @@ def gpu_preset(text: str) -> str:
     raise RowSkip("unknown GPU" + (f" ({text.split()[0]})" if text.strip() else ""))
 
 
-def _precision(row, allow_fp16: bool, assumptions: list[str]) -> str:
-    """The precision recipe a row states (`specs.precision`), or raise `RowSkip`."""
+def _precision(row, allow_fp16: bool, assumptions: list[str], memory: bool = False) -> str:
+    """The precision recipe a row states (`specs.precision`), or raise `RowSkip`. A memory check
+    (`memory`) reads an unstated 16-bit precision as BF16: BF16 and FP16 hold the same bytes."""
     p = str(row.get("precision") or "").lower()
+    if memory and re.search(r"not stated|^\s*$", p):
+        assumptions.append("precision not stated: 16-bit (memory only)")
+        return "bf16"
     name = None
     if "nvfp4" in p:
         name = "nvfp4"
@@ -82,6 +92,9 @@ STACK_ORDER = ("megatron-legacy", "megatron-core", "torchtitan", "fsdp", "nanotr
 def _zero(row, assumptions: list[str]) -> int:
     m = re.fullmatch(r"\s*sharding stage\s*([0-3])\s*", str(row.get("zero_stage") or ""), re.I)
     if m:  # PaddlePaddle fleet's sharding stage N = ZeRO-N
+        return int(m.group(1))
+    m = re.fullmatch(r"\s*([0-3])\s*\((gemini|zero[^)]*)\)\s*", str(row.get("zero_stage") or ""), re.I)
+    if m:  # "3 (Gemini)": Colossal-AI's chunk-based ZeRO-3
         return int(m.group(1))
     z = _int(row, "zero_stage")
     if z is not None:
@@ -128,7 +141,18 @@ def _layout(row, n_gpus: int, gbs: int, zero: int, assumptions: list[str]) -> di
     if _num(row, "ep") is None and str(row.get("arch_type") or "").startswith("moe"):
         raise RowSkip("incomplete layout (ep not stated for an MoE run)")
     return dict(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, micro_batch=mb,
-                sp=_sequence_parallel(row, tp, assumptions))
+                sp=_sequence_parallel(row, tp, assumptions)) | _offload(row)
+
+
+def _offload(row) -> dict:
+    """Optimizer offload the notes state ("offload: offload_optimizer (CPU)"); parameter offload
+    (ZeRO-Infinity `offload_param`, FSDP CPU offload of parameters) is not modelled: skip."""
+    text = f"{row.get('notes') or ''} {row.get('fsdp') or ''}".lower()
+    if re.search(r"offload_param|fsdp_cpu_offload|cpu offload of params", text):
+        raise RowSkip("parameter offload (not modelled)")
+    if "offload_optimizer" in text:
+        return {"optimizer_offload": 1.0}
+    return {}
 
 
 def _sequence_parallel(row, tp: int, assumptions: list[str]) -> bool | None:
@@ -159,6 +183,8 @@ def _job_overrides(row, stack: str | None = None) -> dict:
     if stack and re.search(r"flash[-_ ]?attn|flash attention|flashattn|flash_attn", text) \
             and "no flash" not in text and _eager_default(stack):
         out["attention"] = "flash"  # e.g. Megatron-DeepSpeed with --use-flash-attn-v2
+    elif re.search(r"no flash[- ]attn \(v100\)|without flash[- ]att|transformer_impl=local", text):
+        out["attention"] = "eager"  # e.g. V100 (no FlashAttention-2), Megatron's local impl
     code = _model_code(row)
     if code:
         out["model_code"] = code
@@ -181,6 +207,10 @@ def _model_code(row) -> str | None:
     text = f"{row.get('framework') or ''}".lower()
     if "megatron-style" in text:
         return "fused"  # Megatron-style TP layers with a vocab-parallel cross-entropy (ATorch 3D)
+    if "litgpt" in text:
+        # LitGPT's own GPT: fp32 RMSNorm, unfused RoPE (x cos + rotated x sin), fc_1/fc_2/silu
+        # kept apart: the hf accounting (litgpt/model.py)
+        return "hf"
     if re.search(r"\bhf\b|hugging ?face|transformers|llamaforcausallm", text) \
             and "nanotron" not in text:
         return "hf"

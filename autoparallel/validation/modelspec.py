@@ -90,6 +90,11 @@ def model_from_row(row) -> tuple[ModelSpec, list[str]]:
         "name": name, "n_layers": need["layers"], "hidden_size": need["hidden"],
         "n_heads": need["heads"], "vocab_size": need["vocab"],
     }
+    if re.search(r"gpt-?2", name, re.I) and not re.search(r"dropout\s*(=\s*)?0(\.0)?\b", text, re.I):
+        # GPT-2's configuration (resid_pdrop = attn_pdrop = 0.1) and Megatron-LM's defaults
+        # (--hidden-dropout / --attention-dropout 0.1) keep dropout masks
+        spec["dropout"] = True
+        assumptions.append("dropout 0.1 (GPT-2 configuration)")
     kv = _int(row, "kv_heads")
     if kv:
         spec["n_kv_heads"] = kv

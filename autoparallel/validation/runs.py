@@ -150,7 +150,7 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
         raise RowSkip(f"run_status {status}")
     gpu = gpu_preset(str(row.get("gpu") or ""))
     model, assumptions = model_from_row(row)
-    precision = _precision(row, allow_fp16, assumptions)
+    precision = _precision(row, allow_fp16, assumptions, memory=memory)
     stack = _stack(row, assumptions)
     job = {"stack": stack, "precision": precision} | _job_overrides(row, stack)
     n_gpus, seq, gbs = _int(row, "num_gpus"), _int(row, "seq_len"), _int(row, "gbs")
