@@ -106,7 +106,8 @@ def _least_recompute_that_fits(problem: Problem, lay: dict) -> str:
     memory: the run ran, so it fit the device (the planner's usable-fraction margin is a safety
     margin for plans, not a fact about a run that happened)."""
     layouts = [Layout(**lay, recompute=r) for r in ("none", "selective", "full")]
-    ev = evaluate(problem, LayoutTable.from_layouts(layouts, problem.cluster.n_gpus), RULES)
+    ev = evaluate(problem, LayoutTable.from_layouts(layouts, problem.cluster.n_gpus,
+                                                    problem.model.n_layers), RULES)
     fitting = np.flatnonzero(ev.memory["total"] <= ev.memory["capacity"])
     return layouts[int(fitting[0]) if len(fitting) else 2].recompute.value
 
@@ -172,24 +173,24 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
         problem = make_problem(model, gpu, n_gpus, seq, gbs, gpus_per_node=gpn, **job)
     except AutoParallelError as exc:
         raise RowSkip("problem invalid: " + str(exc).splitlines()[0]) from None
+    if lay.get("sp") is None and lay["tp"] > 1 and not problem.stack.sequence_parallel:
+        lay["sp"] = False  # the stack has no sequence parallelism
+    if model.n_layers % (lay["pp"] * lay["vp"]) and lay["pp"] > 1:
+        # the uneven split the planner would propose (first/last stages lighter, Megatron-Core's
+        # --decoder-first/last-pipeline-num-layers) instead of fractional layers per stage; set
+        # before the recompute is inferred, which depends on the most loaded stage
+        from ..search.splits import balanced_splits, output_weight
+
+        found = balanced_splits(model.n_layers, lay["pp"], lay["vp"], output_weight(arch, seq))
+        if found:
+            first, last = found[0]
+            mid = (model.n_layers - first - last) // max(lay["pp"] - 2, 1)
+            lay["stage_layers"] = [first] + [mid] * (lay["pp"] - 2) + [last]
     rc = _recompute(row, assumptions)
     if rc is None:
         rc = _least_recompute_that_fits(problem, lay)
         assumptions.append(f"recompute not stated: {rc} (least that fits)")
-    if lay.get("sp") is None and lay["tp"] > 1 and not problem.stack.sequence_parallel:
-        lay["sp"] = False  # the stack has no sequence parallelism
     layout = Layout(**lay, recompute=rc)
-    if model.n_layers % (layout.pp * layout.vp) and layout.pp > 1:
-        # the uneven split the planner would propose (first/last stages lighter, Megatron-Core's
-        # --decoder-first/last-pipeline-num-layers) instead of fractional layers per stage
-        from ..search.splits import balanced_splits, output_weight
-
-        found = balanced_splits(model.n_layers, layout.pp, layout.vp, output_weight(arch, seq))
-        if found:
-            first, last = found[0]
-            mid = (model.n_layers - first - last) // max(layout.pp - 2, 1)
-            layout = layout.model_copy(update={
-                "stage_layers": [first] + [mid] * (layout.pp - 2) + [last]})
     table = LayoutTable.from_layouts([layout], n_gpus, model.n_layers)
     broken = int(evaluate(problem, table, RULES).reject[0]) & ~int(Reject.OOM)
     if broken:
