@@ -68,6 +68,8 @@ def make_problem(
         "optimizer_dtype": given.optimizer_dtype or stack.optimizer_dtype,
         "attention": given.attention or stack.attention_for(gpu_spec.generation),
         "model_code": given.model_code or stack.model_code,
+        "torch_compile": stack.torch_compile if given.torch_compile is None else given.torch_compile,
+        "autocast": stack.autocast if given.autocast is None else given.autocast,
         "tp_comm_overlap": (stack.tp_comm_overlap if given.tp_comm_overlap is None
                             else given.tp_comm_overlap),
     })
@@ -86,6 +88,7 @@ def make_problem(
             tp_comm_overlap=resolved.tp_comm_overlap, precision=resolved.precision,
             stack=stack.name, grad_reduce_dtype=resolved.grad_reduce_dtype,
             optimizer_dtype=resolved.optimizer_dtype, model_code=resolved.model_code,
+            torch_compile=resolved.torch_compile, autocast=resolved.autocast,
         )
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, "training")) from None

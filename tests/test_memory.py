@@ -276,3 +276,29 @@ def test_foreach_optimizer_step_peak():
     meg = estimate(make_problem(m, "h200", 1, seq_len=128, global_batch=1, grad_dtype="bf16"),
                    Layout(dp=1, zero=0))["memory_gib"]
     assert meg["total"] < 16.5 * n / GiB + 2.0
+
+
+def test_torch_compile_removes_model_code_extras_and_fp32_logits():
+    # cost/model_code.py: Inductor fuses and recomputes the pointwise chains (no extras) and the
+    # compiled loss keeps the bf16 logits only (2 bytes per entry against torchtitan's 6)
+    assert _llama_act(Layout(), stack="torchtitan", torch_compile=True) == pytest.approx(34.0)
+    assert _llama_act(Layout(), stack="torchtitan") == pytest.approx(34.0 + 4 * 1.25 + 2 * 3.5)
+    m = load_model("llama3-8b")
+    mem = {c: estimate(make_problem(m, "h100", 8, seq_len=1024, global_batch=8, stack="torchtitan",
+                                    torch_compile=c), Layout(dp=8, zero=3))["memory_gib"]
+           for c in (False, True)}
+    diff = (mem[False]["embedding_logits"] - mem[True]["embedding_logits"]) * GiB
+    assert diff == pytest.approx((6 - 2) * 1024 * m.vocab_size, rel=1e-9)
+
+
+def test_autocast_caches_a_16_bit_copy_of_every_weight():
+    # torch.autocast over fp32 weights (cache_enabled=True) holds the bf16 cast of each weight
+    # until the forward ends: + 2 bytes x the stage's parameters, also under ZeRO-3 (fsdp stack;
+    # ATorch's FSDP Llama2-7B runs: measured 28.3-36.0 GiB, 26.5-39 % above the ledger without it)
+    m = load_model("llama3-8b")
+    n = build_arch(m).n_params
+    mem = {a: estimate(make_problem(m, "a100-80gb", 8, seq_len=4096, global_batch=64, stack="fsdp",
+                                    autocast=a), Layout(dp=8, zero=3, recompute="full",
+                                                        micro_batch=1))["memory_gib"]
+           for a in (False, True)}
+    assert (mem[True]["overhead"] - mem[False]["overhead"]) * GiB == pytest.approx(2 * n, rel=1e-9)

@@ -74,7 +74,8 @@ def layer_activation_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bo
     tokens = b * s / cp
     rep_div = np.where(sp, tp, 1.0)
     kv_div = np.minimum(tp, arch.n_kv_heads)
-    code = model_code(problem.training.model_code if code_extras else "fused")
+    code = model_code(problem.training.model_code if code_extras else "fused",
+                      compiled=problem.training.torch_compile)
     q_w = arch.n_heads * arch.qk_head_dim
     k_w = arch.n_kv_heads * arch.qk_head_dim
     gated = arch.mlp_up == 2
@@ -191,7 +192,7 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
     # Last stage: final-norm output and output-layer input 2sbh + 2sbh, and the loss's logits:
     # fp32 4sbV / t for a vocab-parallel cross-entropy (reference §1.3 / §3.1), more where the
     # model code upcasts and copies them (`cost.model_code`: 6-12 bytes per entry).
-    loss_bytes = model_code(tr.model_code).loss_bytes_per_vocab
+    loss_bytes = model_code(tr.model_code, compiled=tr.torch_compile).loss_bytes_per_vocab
     logits = st.output * tokens * (4.0 * arch.hidden / rep_div + loss_bytes * arch.vocab / tp)
 
     # ZeRO-3 / FSDP gathers one unit (a layer, or the embedding) in bf16 and prefetches the next
@@ -216,13 +217,19 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
     # CP ring attention: two KV chunks in flight (reference §3.5).
     kv_div = np.minimum(tp, arch.n_kv_heads)
     kv_buffers = np.where(cp > 1, 2.0 * tokens * arch.act_attn_kv / kv_div, 0.0)
-    overhead = problem.profile.memory_overhead_gib * GiB + gathered + working + kv_buffers
+    # torch.autocast over fp32 weights caches the 16-bit cast of every weight it meets until the
+    # forward ends (torch.autocast `cache_enabled=True`, PyTorch docs; autocast_mode.cpp caches
+    # casts of leaf tensors that require grad): a whole 16-bit copy of the stage's weights, also
+    # under ZeRO-3 / FSDP, whose gathered units are cast and cached one after the other.
+    cast_cache = np.where(tr.autocast, 2.0 * (dense + expert), 0.0)
+    overhead = problem.profile.memory_overhead_gib * GiB + gathered + working + kv_buffers \
+        + cast_cache
     if not problem.stack.persistent_grads:
         # Gradients freed between steps (PyTorch `zero_grad(set_to_none=True)`, FSDP2's sharded
         # grads allocated by each layer's reduce-scatter): with one micro-batch per step they
         # appear as the activations are released during the backward, so the peak holds the
         # larger of the two, not their sum; with accumulation they persist across micro-batches.
-        transient = activations + embed + logits + working
+        transient = activations + embed + logits + working + cast_cache
         one = micro_batches(tr.global_batch, t) <= 1
         grads_full = grads
         grads = np.where(one, np.maximum(grads - transient, 0.0), grads)

@@ -73,6 +73,19 @@ MODEL_CODES: dict[str, ModelCode] = {
 """Coefficients of each model code (module docstring: where every number comes from)."""
 
 
-def model_code(name: str) -> ModelCode:
-    """The coefficients of a model-code name (`MODEL_CODE_NAMES`)."""
-    return MODEL_CODES[name]
+COMPILED_LOSS_BYTES = 2.0
+"""Bytes per logit a compiled loss keeps: the bf16 logits (Inductor fuses the fp32 upcast into the
+log-softmax kernel and keeps only the per-token log-sum-exp)."""
+
+
+def model_code(name: str, compiled: bool = False) -> ModelCode:
+    """The coefficients of a model-code name (`MODEL_CODE_NAMES`). `compiled` (torch.compile):
+    Inductor fuses the pointwise chains (fp32 norms, RoPE, the gated activation) into single kernels
+    and its min-cut partitioner recomputes them in the backward instead of saving their
+    intermediates (torch/_functorch/partitioners.py `min_cut_rematerialization_partition`), so
+    the extras vanish; the loss keeps `COMPILED_LOSS_BYTES` per logit."""
+    code = MODEL_CODES[name]
+    if not compiled:
+        return code
+    return ModelCode(norm_extra_h=0.0, rope_extra=0.0, glu_extra_f=0.0,
+                     loss_bytes_per_vocab=min(code.loss_bytes_per_vocab, COMPILED_LOSS_BYTES))

@@ -24,8 +24,8 @@ SWEEP_SCHEMA_VERSION = 4
 """Version 1: 42 columns. Version 2: + the job settings (stack, precision, grad_dtype, ...)
 after the problem columns. Version 3: + `optimizer_dtype`; `usable_fraction` empty = the fitted
 allocator margin; + mem_reserved_gib, mem_device_gib, mem_headroom_gib, mem_first_stage_gib,
-mem_last_stage_gib. Version 4: + `model_code` (what the model's code saves for backward) after
-`attention`; + time_offload_s (host-link transfers and CPU optimizer step of offloaded layouts)
+mem_last_stage_gib. Version 4: + `model_code`, `torch_compile`, `autocast` (what the model's code
+saves for backward) after `attention`; + time_offload_s (host-link transfers and CPU optimizer step of offloaded layouts)
 after time_optimizer_s."""
 
 

@@ -38,6 +38,10 @@ class JobSpec(Spec):
     """flash (FlashAttention-2 class), cudnn (TE cuDNN / FA3 class) or eager (scores stored); default: the stack's for the GPU."""
     model_code: ModelCodeName | None = Field(None, **_cli("--model-code"))
     """What the model's code saves for backward: fused (Megatron-Core / Transformer Engine), hf (Hugging Face transformers modules: fp32 norms, unfused RoPE and MLP, fp32 logits), nanotron or torchtitan; default: the stack's."""
+    torch_compile: bool | None = Field(None, **_cli("--torch-compile/--no-torch-compile"))
+    """The model and loss run under torch.compile (TorchTitan `--compile`): pointwise chains fused and recomputed in backward, the loss keeps only bf16 logits; memory only (its speed is in the stack's fitted profile); default: the stack's (off)."""
+    autocast: bool | None = Field(None, **_cli("--autocast/--no-autocast"))
+    """fp32 weights under torch.autocast (Composer amp_bf16 over fp32 FSDP parameters, ATorch): the bf16 cast of every weight is cached until the forward ends; default: the stack's (off: 16-bit weights kept by the stack)."""
     tp_comm_overlap: bool | None = Field(None, **_cli("--tp-comm-overlap/--no-tp-comm-overlap"))
     """TP collectives overlapped with GEMMs (Megatron --tp-comm-overlap, TorchTitan async TP); default: the stack's."""
     usable_fraction: float | None = Field(None, gt=0, le=1, **_cli("--usable-fraction"))

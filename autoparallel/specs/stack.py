@@ -78,6 +78,10 @@ class StackSpec(Spec):
     model_code: ModelCodeName = "fused"
     """What the stack's model code saves beyond the fused-kernel ledger (`cost.model_code`):
     `fused`, `hf` (Hugging Face transformers modules), `nanotron`, `torchtitan`."""
+    torch_compile: bool = False
+    """Whether the stack's runs use torch.compile by default (`JobSpec.torch_compile`)."""
+    autocast: bool = False
+    """Whether the stack keeps fp32 weights under torch.autocast by default (`JobSpec.autocast`)."""
     sequence_parallel: bool = True
     """Whether the stack implements sequence parallelism with TP (Megatron SP); without it the
     search keeps SP off and a run that states nothing is read as SP off."""

@@ -42,6 +42,12 @@ class TrainingSpec(Spec):
     gradients)."""
     model_code: ModelCodeName = "fused"
     """What the model's code saves for backward beyond the fused-kernel ledger (`cost.model_code`)."""
+    torch_compile: bool = False
+    """torch.compile over model and loss: the model code's extras and the loss's fp32 copies are
+    fused away (`cost.model_code.compiled`)."""
+    autocast: bool = False
+    """fp32 weights under torch.autocast, which caches the 16-bit cast of each weight for the
+    forward (`cost.memory.stage_memory`)."""
     grad_reduce_dtype: Literal["bf16", "fp32"] | None = None
     """Dtype of the data-parallel gradient reduction; None = the gradient buffer's dtype."""
 

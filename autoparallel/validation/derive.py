@@ -188,6 +188,11 @@ def _job_overrides(row, stack: str | None = None) -> dict:
     code = _model_code(row)
     if code:
         out["model_code"] = code
+    if re.search(r"--training\.compile|--compile\b|torch\.compile|compile[=:]\s*true", text):
+        out["torch_compile"] = True
+    if re.search(r"torch autocast|torch\.autocast", f"{row.get('precision') or ''} {text}".lower()) \
+            and re.search(r"fp32 param", f"{row.get('precision') or ''} {text}".lower()):
+        out["autocast"] = True  # fp32 FSDP parameters under torch.autocast (ATorch)
     if "tp-comm-overlap" in text or "async tp" in text or "asynctp" in text:
         out["tp_comm_overlap"] = True
     elif "vanilla tp" in text or "no tp overlap" in text:
