@@ -228,9 +228,9 @@ def test_memory_check_counts_on_subset():
     assert total["oom_predicted_fit"] == 0 and total["ran_predicted_not_fit"] == 0
     assert row.loc["MR0021", "allocated_gib"] == pytest.approx(91.5, abs=0.1)
     assert row.loc["MR0032", "mem_err"] == pytest.approx(0.104, abs=0.005)
-    # ATorch FSDP on HF Llama (model code hf, gradients freed between steps): 26.3 vs 36.0 GiB;
-    # the remaining -27 % is the autocast weight cache (docs/validation.md)
-    assert row.loc["MR0071", "mem_err"] == pytest.approx(-0.270, abs=0.005)
+    # ATorch FSDP on HF Llama (model code hf, gradients freed between steps, torch.autocast over
+    # fp32 weights caching a bf16 copy of all 6.7 B weights, 12.6 GiB): 38.8 vs 36.0 GiB
+    assert row.loc["MR0071", "mem_err"] == pytest.approx(0.0785, abs=0.005)
     assert row.loc["MR0014", "mem_err"] == pytest.approx(-0.024, abs=0.005)  # 74.2 vs 76 GiB
 
 
