@@ -327,6 +327,21 @@ TITAN_KEYS = {  # launchers.md §3.2 (legacy JobConfig sections)
 SINGLE_STAGE = {"1F1B", "GPipe"}
 
 
+def _titan_chunks(n_layers: int, stages: int, first: int, last: int) -> list[int]:
+    """Layers per virtual stage from TorchTitan's automatic split (v0.2.2
+    `generate_llm_fqn_per_model_part`, unchanged in 0.3.0): embedding and output weigh `first`
+    and `last` layers; the effective layers are dealt out evenly, the remainder to the first
+    stages; its ValueErrors become rejections."""
+    eff = n_layers + first + last
+    per, extra = divmod(eff, stages)
+    _need(stages <= eff and per > 0, "empty pipeline stages")
+    _need(first <= per and last <= per, "input/output weight exceeds the layers per stage")
+    out = [per + (i < extra) for i in range(stages)]
+    out[0] -= first
+    out[-1] -= last
+    return out
+
+
 def torchtitan_layout(text: str, world: int, n_layers: int) -> dict:
     """Parse a TorchTitan job TOML and apply its checks (launchers.md §3.2-§3.3)."""
     cfg = tomllib.loads(text)
@@ -350,7 +365,7 @@ def torchtitan_layout(text: str, world: int, n_layers: int) -> dict:
     _need(gbs % (local * dp) == 0, "global_batch_size % (local_batch_size * DP) != 0")
     accum = gbs // (local * dp)
     seq = tr.get("seq_len", 2048)
-    vp, mbs = 1, local
+    vp, mbs, stage_layers = 1, local, None
     if pp > 1:
         mbs = par.get("pipeline_parallel_microbatch_size", 1)
         _need(local % mbs == 0, "local_batch_size % pipeline_parallel_microbatch_size != 0")
@@ -363,8 +378,11 @@ def torchtitan_layout(text: str, world: int, n_layers: int) -> dict:
         vp = stages // pp
         schedule = par.get("pipeline_parallel_schedule", "1F1B")
         _need(vp == 1 if schedule in SINGLE_STAGE else vp >= 2, f"{schedule} with {vp} stages/rank")
-        _need(first == 0 and last == 0 and n_layers % stages == 0,
-              "stages must hold equal layer counts to match the plan")
+        chunks = _titan_chunks(n_layers, stages, first, last)
+        ranks = [sum(chunks[r::pp]) for r in range(pp)]
+        _need(all(c == chunks[r % pp] for r, c in enumerate(chunks)),
+              "a rank's model chunks must hold equal layer counts to match the plan")
+        stage_layers = None if len(set(ranks)) == 1 else ranks
         m = accum * (local // mbs)
     else:
         m = accum
@@ -385,7 +403,7 @@ def torchtitan_layout(text: str, world: int, n_layers: int) -> dict:
     mode = cfg.get("activation_checkpoint", {}).get("mode", "selective")
     model = cfg.get("model", {})
     return dict(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, recompute=mode, sp=tp > 1,
-                micro_batch=mbs, micro_batches=m, world=world, seq_len=seq, global_batch=gbs,
+                stage_layers=stage_layers, micro_batch=mbs, micro_batches=m, world=world, seq_len=seq, global_batch=gbs,
                 model=(model.get("name", "llama3"), model.get("flavor", "debugmodel")),
                 grad_dtype=tr.get("mixed_precision_reduce", "float32"), config=cfg)
 

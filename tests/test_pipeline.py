@@ -504,8 +504,39 @@ def test_megatron_export_writes_uneven_stage_flags_and_refuses_dualpipe():
         render("megatron", p, Layout(tp=8, pp=16, schedule="dualpipe",
                                      stage_layers=[7] + [8] * 14 + [7]))
     assert "schedule `dualpipe`" in str(err.value)
-    with pytest.raises(ExportError, match="uneven pipeline split"):
-        render("torchtitan", p, Layout(tp=8, pp=16, stage_layers=[7] + [8] * 14 + [7]))
+
+
+
+def test_torchtitan_export_writes_the_uneven_splits_its_own_split_reproduces():
+    """TorchTitan (v0.2.2 `generate_llm_fqn_per_model_part`, 0.3.0 `_generate_llm_fqn_per_model_
+    part`) deals L + first_less + last_less effective layers out evenly over the virtual stages
+    and drops the weights from the first and last: 126 + 1 + 1 = 128 over 16 stages = 8 each,
+    first and last 7, i.e. the Llama 3 paper's [7, 8x14, 7] (arXiv 2407.21783 §3.3.2)."""
+    p = make_problem("llama3-405b", "h100", 16384, 8192, 2048)
+    lay = Layout(tp=8, pp=16, stage_layers=[7] + [8] * 14 + [7])
+    for version in ("0.3", "0.2.2"):
+        text = render("torchtitan", p, lay, version)
+        sep = "=" if version == "0.3" else " = "
+        for key, value in (("layers_per_stage", 8), ("first_stage_less_layers", 1),
+                           ("last_stage_less_layers", 1)):
+            assert f"pipeline_parallel_{key}{sep}{value}" in text, (version, key)
+    # 61 layers (DeepSeek-V3) on pp 4 as [15, 16, 16, 14]: E = 61 + 1 + 2 = 64, 16 per stage
+    ds = make_problem("deepseek-v3", "h100", 256, 4096, 1024)
+    text = render("torchtitan", ds, Layout(tp=8, pp=4, ep=8, stage_layers=[15, 16, 16, 14]))
+    assert "pipeline_parallel_first_stage_less_layers=1" in text
+    assert "pipeline_parallel_last_stage_less_layers=2" in text
+    # the rest is refused with the reason and the targets that can: a first stage heavier than
+    # the middle ones (TorchTitan's weights only take layers away), and any uneven split with
+    # vp > 1 (TorchTitan shortens only its first virtual stage, not every chunk of rank 0)
+    for bad, why in ((Layout(tp=8, pp=16, stage_layers=[9] + [8] * 14 + [5]), "deals the layers"),
+                     (Layout(tp=8, pp=8, vp=2, stage_layers=[14] + [16] * 7),
+                      "model chunks hold [7,8x7,7,8x7]")):
+        with pytest.raises(ExportError) as err:
+            render("torchtitan", p, bad)
+        assert "uneven pipeline split" in str(err.value) and why in str(err.value)
+        assert str(err.value).splitlines()[-1] == "targets that can launch it: megatron, slurm"
+    with pytest.raises(ExportError, match="TorchTitan 0.1 has no first/last-stage"):
+        render("torchtitan", p, lay, "0.1")
 
 
 # ---------------------------------------------------------------- published layouts

@@ -79,6 +79,23 @@ def test_torchtitan_03_config_manager_loads_the_golden_module(tmp_path):
                        global_batch=512, seq=8192, ac="SelectiveAC.Config")
 
 
+@pytest.mark.parametrize("split, less", [
+    ([21, 20, 20, 19], (0, 1)),  # E = 81 over 4 stages: 20 each, the remainder to the first
+    ([19, 21, 21, 19], (2, 2)),  # E = 84 over 4 stages: 21 each, embedding and output weigh 2
+])
+def test_torchtitan_03_splits_an_uneven_export_as_planned(tmp_path, split, less):
+    """TorchTitan 0.3's ConfigManager loads an uneven-split export of Llama-3-70B (80 layers,
+    pp 4), and TorchTitan's own split functions place exactly `stage_layers` on the ranks, the
+    embedding on the first stage and the output on the last. (The 405B registry config needs
+    torchao for its float8 converter, absent here; the split code does not depend on the size.)"""
+    p = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512)
+    module = tmp_path / "ap_uneven.py"
+    module.write_text(render("torchtitan", p, Layout(tp=8, pp=4, zero=1, stage_layers=split)))
+    got = parse("torchtitan_split", str(module))
+    assert got == dict(stages=4, layers=80, first_less=less[0], last_less=less[1],
+                       chunks=split, ranks=split, embedding=[0], output=[3])
+
+
 @pytest.mark.parametrize("grad_dtype", ["bf16", "fp32"])
 def test_megatron_core_builds_the_planned_model_from_the_script(grad_dtype):
     """Megatron-LM's own parser is not in the megatron-core wheel (megatron/training is not

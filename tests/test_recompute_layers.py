@@ -138,3 +138,120 @@ def test_spec_error_is_readable_for_a_negative_count():
     with pytest.raises(SpecError, match="recompute_layers"):
         estimate(make_problem("llama3-70b", "h100", 256, 8192, 512),
                  {"tp": 8, "pp": 8, "recompute": "full", "recompute_layers": -1})
+
+
+# ---------------------------------------------------------------- searched by plan (opt-in)
+
+TIGHT = dict(tp=[1], pp=[1], cp=[1], zero=[1], micro_batch=[1], recompute=["none", "full"])
+"""Llama-3-8B, seq 8192, on 8 H100 as plain ZeRO-1 DP with one sequence per micro-batch: full
+recompute fits, none does not (~101 of ~79 usable GiB) - the block method's case."""
+
+
+def _tight():
+    return make_problem("llama3-8b", "h100", 8, seq_len=8192, global_batch=64)
+
+
+def test_default_search_is_unchanged_and_the_axis_only_adds_rows():
+    from autoparallel.search.enumerate import enumerate_layouts
+    from autoparallel.search.space import SearchSpace
+
+    p = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512)
+    default = enumerate_layouts(p)
+    assert not (default["rn"] >= 0).any()
+    opened = enumerate_layouts(p, SearchSpace(recompute_layers_auto=True))
+    n = len(default)
+    for col in default.columns:  # the default rows first, bit for bit
+        assert (opened[col][:n] == default[col]).all(), col
+    added = opened.take(slice(n, None))
+    assert len(added) > 0 and (added["rc"] == 2).all()
+    full_rows = int(((default["rc"] == 2) & (default["rn"] == -1)).sum())
+    assert len(added) <= 3 * full_rows
+    # auto: a quarter, half and three quarters of the largest chunk, e.g. 80 layers on pp 4
+    # (chunks of 20) -> 5, 10, 15; on pp 4 x vp 5 (chunks of 4) -> 1, 2, 3; chunks of 2 -> 1;
+    # chunks of one layer have no N between none and every layer
+    for pp, vp, want in ((4, 1, {5, 10, 15}), (4, 5, {1, 2, 3}), (8, 5, {1}), (8, 10, set())):
+        rows = (added["pp"] == pp) & (added["vp"] == vp) & (added["lf"] == 0)
+        assert set(added["rn"][rows].tolist()) == want, (pp, vp)
+        assert ((default["pp"] == pp) & (default["vp"] == vp) & (default["rc"] == 2)).any()
+
+
+def test_explicit_counts_keep_those_between_none_and_every_layer():
+    from autoparallel.search.enumerate import enumerate_layouts
+    from autoparallel.search.space import SearchSpace
+
+    t = enumerate_layouts(_tight(), SearchSpace(**TIGHT, recompute_layers=[0, 4, 31, 32, 40]))
+    # 32 layers in one chunk: 0 (= none) and >= 32 (= every layer) are searched already
+    assert sorted(t["rn"].tolist()) == [-1, -1, 4, 31]
+
+
+def test_plan_ranks_block_recompute_above_full_when_it_fits_and_is_faster():
+    """Recomputing N of 32 layers costs N/32 of full recompute's extra time (the recompute is
+    priced per layer) and keeps the activations of the other 32 - N layers. The plan's #1 is
+    the smallest N that fits; full recompute and N = 21 rank below or do not fit."""
+    from autoparallel.search.plan import plan
+    from autoparallel.search.space import SearchSpace
+
+    p = _tight()
+    closed = plan(p, SearchSpace(**TIGHT), top=5)
+    assert [closed.survivors.table.row(i).slug for i in range(len(closed.survivors))] == [
+        "dp8-tp1-pp1-vp1-cp1-ep1-z1-rfull-mb1"]  # none does not fit
+    every = plan(p, SearchSpace(**TIGHT, recompute_layers=list(range(1, 32))), top=40)
+    t, ev = every.survivors.table, every.survivors
+    slugs = [t.row(i).slug for i in range(len(t))]
+    assert slugs[0] == "dp8-tp1-pp1-vp1-cp1-ep1-z1-rfull22-mb1"
+    assert slugs[-1] == "dp8-tp1-pp1-vp1-cp1-ep1-z1-rfull-mb1"  # slowest that fits
+    assert "dp8-tp1-pp1-vp1-cp1-ep1-z1-rfull21-mb1" not in slugs  # 21 does not fit
+    counts = (0, 21, 22, 23, 32)
+    lays = [Layout(tp=1, zero=1, recompute="full" if n else "none",
+                   recompute_layers=n if n not in (0, 32) else None) for n in counts]
+    e = evaluate(p, LayoutTable.from_layouts(lays, 8, 32))
+    step = dict(zip(counts, e.time["step"].tolist()))
+    peak = dict(zip(counts, e.memory["fit_peak"].tolist()))
+    usable = float(e.memory["usable"][0])
+    assert peak[21] > usable >= peak[22]
+    # time: linear in the recomputed layers, to rounding
+    assert step[22] == pytest.approx(step[0] + 22 / 32 * (step[32] - step[0]), rel=1e-9)
+    assert ev.time["step"][0] == pytest.approx(step[22], rel=1e-12)
+    assert step[32] - step[22] == pytest.approx(10 / 32 * (step[32] - step[0]), rel=1e-9)
+    assert step[22] < 0.95 * step[32]  # ~7 % faster than full recompute
+    # memory: each layer not recomputed keeps its activations, ~34 bytes x s x h in bf16 with
+    # flash attention (Korthikanti et al. 2022, arXiv 2205.05198 Table 2 without the 5as/h
+    # score term): 34 x 8192 x 4096 B = 1.0625 GiB; the ledger's SwiGLU / GQA terms within 1 %
+    per_layer = peak[22] - peak[23]
+    assert per_layer == pytest.approx(peak[21] - peak[22], rel=1e-9)
+    assert per_layer / 2**30 == pytest.approx(34 * 8192 * 4096 / 2**30, rel=0.01)
+    # auto tries 8, 16, 24 of the 32: only 24 fits, and it beats full recompute
+    auto = plan(p, SearchSpace(**TIGHT, recompute_layers_auto=True), top=5)
+    assert [auto.survivors.table.row(i).slug for i in range(len(auto.survivors))] == [
+        "dp8-tp1-pp1-vp1-cp1-ep1-z1-rfull24-mb1", "dp8-tp1-pp1-vp1-cp1-ep1-z1-rfull-mb1"]
+
+
+def test_cli_plan_and_sweep_take_recompute_num_layers(tmp_path):
+    args = ["--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq-len", "8192",
+            "--global-batch", "64", "--tp", "1", "--pp", "1", "--cp", "1", "--zero", "1",
+            "--micro-batch", "1"]
+    out = run_cli("plan", *args, "--recompute", "none,full", "--recompute-num-layers", "auto",
+                  "--format", "json")
+    assert out.returncode == 0, out.stderr
+    first = json.loads(out.stdout)["ranked"][0]["layout"]
+    assert (first["recompute"], first["recompute_layers"]) == ("full", 24)
+    bad = run_cli("plan", *args, "--recompute-num-layers", "half")
+    assert bad.returncode == 2 and "`--recompute-num-layers` = 'half'" in bad.stderr
+    assert "or auto" in bad.stderr and "Traceback" not in bad.stderr
+    none = run_cli("plan", *args, "--recompute", "none", "--recompute-num-layers", "4")
+    assert none.returncode == 2 and "allow --recompute full" in none.stderr
+    csv, spec = tmp_path / "s.csv", tmp_path / "sweep.toml"
+    spec.write_text('[sweep]\nmodel = ["llama3-8b"]\ngpu = ["h100"]\ngpus = [8]\n'
+                    'seq_len = [4096]\nglobal_batch = [64]\n[space]\ntp = [1]\npp = [1]\ncp = [1]\nzero = [1]\nmicro_batch = [1]\n'
+                    'recompute = ["full"]\n')
+    sw = run_cli("sweep", str(spec), "--recompute-num-layers", "8,16", "--output", str(csv))
+    assert sw.returncode == 0, sw.stderr
+    import csv as csvlib
+
+    # the sweep CSV has no recompute_layers column (schema v4): a block row shows as `full`,
+    # told apart by its recompute time, 8/32 and 16/32 of every layer's
+    rows = list(csvlib.DictReader(csv.open()))
+    assert [r["recompute"] for r in rows] == ["full"] * 3
+    low, mid, full = sorted(float(r["time_recompute_s"]) for r in rows)
+    assert (low / full, mid / full) == (pytest.approx(8 / 32, rel=1e-9),
+                                        pytest.approx(16 / 32, rel=1e-9))

@@ -119,6 +119,23 @@ ProblemOptions.__doc__ = """The problem options of a command, as given on the co
 problem's numbers plus one option per `JobSpec` field (declared there once)."""
 
 
+RecomputeNumLayers = Annotated[Optional[str], typer.Option(help="Block recompute to try besides every layer: full recompute of only the first N layers of each model chunk, e.g. 1,2,4, or auto (a quarter, half and three quarters of each chunk) (Megatron --recompute-method block --recompute-num-layers).", show_default=False)]
+"""`--recompute-num-layers` of plan and sweep (declared once)."""
+
+
+def block_recompute_fields(text: str | None) -> dict:
+    """`--recompute-num-layers` of plan/sweep ('1,2,4' or 'auto') as search-space fields."""
+    from ..search.space import parse_int_list
+
+    if text is not None and text.strip().lower() == "auto":
+        return {"recompute_layers_auto": True}
+    try:
+        return {"recompute_layers": parse_int_list(text, "--recompute-num-layers")}
+    except SpecError:
+        raise SpecError(f"`--recompute-num-layers` = {text!r}: expected comma-separated layer "
+                        "counts per model chunk, e.g. 1,2,4, or auto") from None
+
+
 @dataclass(frozen=True)
 class SearchOptions:
     """Options that narrow the search space and switch rules (plan, tune)."""
@@ -139,6 +156,7 @@ class SearchOptions:
     last_stage_layers: Annotated[Optional[int], typer.Option(help="Pin the last pipeline stage's layers.", show_default=False)] = None
     recompute_modules: Annotated[Optional[str], typer.Option(help="Modules selective recompute re-runs, comma-separated: core_attn,layernorm,mlp,moe_act,moe,shared_experts,mla_up_proj (Megatron --recompute-modules; default core_attn).", show_default=False)] = None
     recompute_group: Annotated[Optional[str], typer.Option(help="Uniform full-recompute groups to try, e.g. 1,2,4 (Megatron --recompute-method uniform --recompute-num-layers).", show_default=False)] = None
+    recompute_num_layers: RecomputeNumLayers = None
     offload_layers: Annotated[Optional[str], typer.Option(help="Activation offload: layers per stage to try, e.g. 0,8,16 (Megatron-Core --cpu-offloading-num-layers; pp 1, no recompute).", show_default=False)] = None
     optimizer_offload: Annotated[Optional[str], typer.Option(help="Optimizer-state offload shares to try, e.g. 0,0.5,1 (Megatron --optimizer-offload-fraction, ZeRO-Offload).", show_default=False)] = None
     offload: Annotated[bool, typer.Option(help="Search offload too: activation offload of a quarter, half, three quarters and all but one of the layers, optimizer offload 0.5 and 1 (unless the two flags above narrow it).")] = False
@@ -174,6 +192,7 @@ class SearchOptions:
 
         out: dict = {"recompute_group": parse_int_list(self.recompute_group, "--recompute-group"),
                      "offload_layers": parse_int_list(self.offload_layers, "--offload-layers")}
+        out |= block_recompute_fields(self.recompute_num_layers)
         if self.recompute_modules is not None:
             names = [x.strip() for x in self.recompute_modules.split(",") if x.strip()]
             known = [m.value for m in RecomputeModule]

@@ -12,7 +12,9 @@ from ..search.space import parse_int_list
 from ..search.sweep import SweepSpec, load_sweep_file, run_sweep
 from . import app
 from .outputs import check_output
-from .options import JobOptions, SearchOptions, with_options
+from .options import (
+    JobOptions, RecomputeNumLayers, SearchOptions, block_recompute_fields, with_options,
+)
 
 
 def _names(text, flag):
@@ -39,6 +41,7 @@ def sweep_command(
     top: Annotated[Optional[int], typer.Option(help="Layouts per problem.", show_default=False)] = None,
     allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let TP groups span nodes.")] = False,
     target: Annotated[Optional[str], typer.Option(help="Keep only layouts this launcher can run.", show_default=False)] = None,
+    recompute_num_layers: RecomputeNumLayers = None,
 ) -> None:
     """Plan a grid of problems into one CSV (one row per problem and ranked layout)."""
     job = job.for_target(target)
@@ -49,6 +52,7 @@ def sweep_command(
         spec, space = load_sweep_file(sweep_file)
     else:
         spec, space = None, SearchOptions().search_space()
+    space = space.narrowed(**block_recompute_fields(recompute_num_layers))
     overrides = {
         "model": _names(model, "--model"), "gpu": _names(gpu, "--gpu"),
         "gpus": parse_int_list(gpus, "--gpus"), "seq_len": parse_int_list(seq_len, "--seq-len"),

@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ExportError
-from ..specs.layout import Recompute
+from ..specs.layout import Recompute, stage_layers_slug
 from ._base import Exporter, Job, comments, recompute_of
 
 RESHARD = {1: "never", 2: "never", 3: "always"}
@@ -99,6 +99,94 @@ def _value(v) -> str:
     return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def chunk_layers(job: Job) -> list[int]:
+    """Transformer layers per model chunk (TorchTitan's virtual stages, in model order) as the
+    layout places them: rank r holds chunks r, r + pp, ..., each with 1/vp of the rank's layers
+    (Megatron-Core's interleaved placement, which the cost model prices; `cost/stages.py`)."""
+    lay, L = job.layout, job.problem.model.n_layers
+    per_rank = lay.stage_layers or [L // lay.pp] * lay.pp
+    return [per_rank[v % lay.pp] // lay.vp for v in range(lay.pp * lay.vp)]
+
+
+def titan_split(n_layers: int, n_chunks: int, first_less: int, last_less: int) -> list[int] | None:
+    """Transformer layers per virtual stage that TorchTitan's automatic split gives, or None
+    where it raises. Same rule in v0.2.2 `generate_llm_fqn_per_model_part` and 0.3.0
+    `_generate_llm_fqn_per_model_part` (`distributed/pipeline_parallel.py`): the embedding counts
+    as `first_less` layers and the output as `last_less`; E = L + both effective layers are
+    dealt out E // V per stage, the remainder one each to the first stages; the first stage
+    then drops `first_less` real layers and the last `last_less`. It raises when a stage would
+    be empty or a weight exceeds E // V."""
+    if n_chunks == 1:
+        return [n_layers]
+    eff = n_layers + first_less + last_less
+    base, extra = divmod(eff, n_chunks)
+    if n_chunks > eff or base == 0 or first_less > base or last_less > base:
+        return None
+    counts = [base + (v < extra) for v in range(n_chunks)]
+    counts[0] -= first_less
+    counts[-1] -= last_less
+    return counts
+
+
+def stage_count_option(eff_layers: int, n_chunks: int) -> int | None:
+    """A `pipeline_parallel_layers_per_stage` from which TorchTitan derives `n_chunks` virtual
+    stages: it takes ceil(E / layers_per_stage) (v0.2.2 `pipeline_llm`, 0.3.0
+    `_get_pipeline_metadata`); the value nearest E / V first; None when no value does."""
+    guess = -(-eff_layers // n_chunks)
+    for lps in [guess] + list(range(1, eff_layers + 1)):
+        if -(-eff_layers // lps) == n_chunks:
+            return lps
+    return None
+
+
+def split_options(job: Job) -> tuple[int, int, int] | None:
+    """(`pipeline_parallel_layers_per_stage`, `..._first_stage_less_layers`,
+    `..._last_stage_less_layers`) under which TorchTitan's own split places exactly the layout's
+    chunks: (L / V, 0, 0) for an even split; for an uneven one the smallest first/last weights
+    that reproduce it (e.g. 126 layers on pp 16 as [7, 8x14, 7]: 8, 1, 1). None when none does
+    (TorchTitan shortens only its first and last virtual stage, so an uneven split with vp > 1,
+    which shortens every chunk of the first or last rank, is rarely expressible)."""
+    L, want = job.problem.model.n_layers, chunk_layers(job)
+    if not job.layout.stage_layers:
+        return job.layers_per_virtual_stage, 0, 0
+    found = []
+    for first_less in range(max(want) + 2):
+        for last_less in range(max(want) + 2):
+            if titan_split(L, len(want), first_less, last_less) != want:
+                continue
+            eff = L + first_less + last_less
+            lps = stage_count_option(eff, len(want))
+            if lps is not None:
+                # prefer weights that leave no remainder (every stage E / V, as the config
+                # reads), then the smallest
+                found.append(((eff % len(want) != 0, first_less + last_less, first_less),
+                              (lps, first_less, last_less)))
+    return min(found)[1] if found else None
+
+
+def split_reasons(job: Job, line: str) -> list[str]:
+    """Why TorchTitan (release line `line`) cannot place the layout's uneven split, if so."""
+    lay = job.layout
+    if not lay.stage_layers:
+        return []
+    split = stage_layers_slug(lay.stage_layers)[1:-1]
+    if line == "0.1":
+        return [f"uneven pipeline split [{split}]: TorchTitan 0.1 has no first/last-stage layer "
+                "options (pipeline_parallel_first/last_stage_less_layers arrived in v0.2.0); use "
+                "--target-version 0.2 or 0.3, or megatron or slurm "
+                "(--decoder-first/last-pipeline-num-layers)"]
+    if split_options(job) is None:
+        chunks = stage_layers_slug(chunk_layers(job))[1:-1]
+        why = (f"with vp = {lay.vp} the layout's model chunks hold [{chunks}] layers, and "
+               "TorchTitan shortens only its first and last virtual stage"
+               if lay.vp > 1 else "TorchTitan deals the layers out evenly, extra ones to the "
+               "first stages, then shortens only the first and last stage")
+        return [f"uneven pipeline split [{split}]: no pipeline_parallel_first/last_stage_less_"
+                f"layers reproduce it ({why}); megatron and slurm write it "
+                "(--decoder-first/last-pipeline-num-layers)"]
+    return []
+
+
 def sections(job: Job) -> dict[str, dict]:
     """The TOML tables, in file order."""
     lay, tr = job.layout, job.problem.training
@@ -118,11 +206,12 @@ def sections(job: Job) -> dict[str, dict]:
     par["tensor_parallel_degree"] = lay.tp
     par["pipeline_parallel_degree"] = lay.pp
     if pipelined:
+        per_stage, first_less, last_less = split_options(job)
         par |= {
             "pipeline_parallel_schedule": "Interleaved1F1B" if lay.vp > 1 else "1F1B",
-            "pipeline_parallel_layers_per_stage": job.layers_per_virtual_stage,
-            "pipeline_parallel_first_stage_less_layers": 0,
-            "pipeline_parallel_last_stage_less_layers": 0,
+            "pipeline_parallel_layers_per_stage": per_stage,
+            "pipeline_parallel_first_stage_less_layers": first_less,
+            "pipeline_parallel_last_stage_less_layers": last_less,
             "pipeline_parallel_microbatch_size": lay.micro_batch,
         }
     par["context_parallel_degree"] = lay.cp
@@ -161,6 +250,12 @@ def notes(job: Job, line: str) -> list[str]:
     if lay.tp > 1:
         lines.append("Sequence parallelism is always on with TP in the TOML releases "
                      "(enable_sequence_parallel in 0.3).")
+    if lay.stage_layers:
+        _, first_less, last_less = split_options(job)
+        lines.append(f"Uneven split {stage_layers_slug(lay.stage_layers)} layers per stage: "
+                     f"TorchTitan weighs the embedding as {first_less} and the output as "
+                     f"{last_less} transformer layers (pipeline_parallel_first/last_stage_less_"
+                     "layers) and deals out the rest evenly, which places exactly these.")
     if recompute_of(job) == Recompute.SELECTIVE:
         lines.append("Selective recompute -> per-op SAC (\"op\"); it is not Megatron's core-"
                      "attention recompute, so activation memory and recompute time can differ.")
@@ -266,8 +361,10 @@ class TorchTitanExporter(Exporter):
                         + ("TOML (releases <= v0.2.2)" if self.suffix == ".toml" else
                            "module (Python, --module/--config)"))
 
+    uneven_splits = True  # where TorchTitan's split reproduces it; `split_reasons` refuses the rest
+
     def limits(self, job: Job) -> list[str]:
-        return torchtitan_limits(job)
+        return split_reasons(job, self.line) + torchtitan_limits(job)
 
     def text(self, job: Job) -> str:
         return toml_text(job) if self.suffix == ".toml" else python_text(job)

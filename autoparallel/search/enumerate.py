@@ -209,6 +209,7 @@ def _with_extras(cols: dict[str, np.ndarray], problem: Problem, space: SearchSpa
         cols = _cross(cols, "rn", [-g for g in groups])
         cols = _keep(cols, (cols["rc"] == 2) | (cols["rn"] == -groups[0]))
         cols["rn"] = np.where(cols["rc"] == 2, cols["rn"], ALL_LAYERS)
+    cols = _with_block_recompute(cols, problem, space)
     wants = [x for x in (space.offload_layers or []) if x] + [
         x for x in (space.optimizer_offload or []) if x] + ([1] if space.offload_auto else [])
     if wants and problem.cluster.gpu.host_link_gb_per_s is None:
@@ -233,6 +234,44 @@ def _with_extras(cols: dict[str, np.ndarray], problem: Problem, space: SearchSpa
     if space.optimizer_offload is not None:
         cols = _cross(cols, "oo", sorted({0} | {round(x * 100) for x in space.optimizer_offload}))
     return cols
+
+
+BLOCK_AUTO = (1, 2, 3)
+"""`--recompute-num-layers auto`: N = k/4 of the row's largest model chunk for these k."""
+
+
+def _with_block_recompute(cols: dict[str, np.ndarray], problem: Problem,
+                          space: SearchSpace) -> dict:
+    """Rows with full recompute of only the first N layers of each model chunk (`rn` = N;
+    Megatron `--recompute-method block`), added beside each full-recompute row when the space
+    opens the axis: the given N, or k/4 of the row's largest chunk (`BLOCK_AUTO`), each kept
+    where 0 < N < that chunk and not repeated. One vectorised step over the rows."""
+    given = sorted({x for x in (space.recompute_layers or []) if x > 0})
+    auto = space.recompute_layers_auto and space.recompute_layers is None
+    if not given and not auto:  # closed, or only N = 0 (no recompute, searched as none)
+        return cols
+    if not np.any(cols["rc"] == 2):
+        raise SpecError("--recompute-num-layers recomputes the first N layers of each model chunk "
+                        "fully, and no candidate has full recompute; allow --recompute full")
+    first_group = -min(space.recompute_group) if space.recompute_group else ALL_LAYERS
+    base = _keep(cols, (cols["rc"] == 2) & (cols["rn"] == first_group))
+    L, pp, vp = problem.model.n_layers, base["pp"], base["vp"]
+    mid = np.where(pp > 2, (L - base["lf"] - base["ll"]) // np.maximum(pp - 2, 1), 0)
+    per_rank = np.where((base["lf"] > 0) | (base["ll"] > 0),
+                        np.maximum(np.maximum(base["lf"], base["ll"]), mid), L // pp)
+    chunk = per_rank // vp  # largest model chunk (Megatron applies N to every chunk)
+    cand = [np.full(len(chunk), n, dtype=np.int64) for n in given]
+    if auto:
+        cand += [np.maximum(k * chunk // 4, 1) for k in BLOCK_AUTO]
+    cand = np.sort(np.stack(cand, axis=1), axis=1)
+    ok = (cand > 0) & (cand < chunk[:, None])
+    ok[:, 1:] &= cand[:, 1:] != cand[:, :-1]  # each N once per row
+    rows, k = np.nonzero(ok)
+    if len(cols["rc"]) + len(rows) > MAX_LAYOUTS:
+        raise _TooMany(len(cols["rc"]) + len(rows))
+    extra = {name: v[rows] for name, v in base.items()}
+    extra["rn"] = cand[rows, k]
+    return {name: np.concatenate([v, extra[name]]) for name, v in cols.items()}
 
 
 def _dominated(cols: dict[str, np.ndarray], codes: list[int], moe: bool) -> np.ndarray:

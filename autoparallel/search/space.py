@@ -13,7 +13,8 @@ from ..specs._base import Spec
 from ..specs.layout import Recompute, RecomputeModule, Schedule
 
 AXES = ("tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch", "schedule",
-        "recompute_modules", "recompute_group", "offload_layers", "optimizer_offload")
+        "recompute_modules", "recompute_group", "recompute_layers", "offload_layers",
+        "optimizer_offload")
 
 
 class SearchSpace(Spec):
@@ -53,6 +54,14 @@ class SearchSpace(Spec):
     recompute_group: list[PositiveInt] | None = None
     """Uniform checkpoint groups to try with full recompute (Megatron `--recompute-method
     uniform --recompute-num-layers`); None = one layer per group only."""
+    recompute_layers: list[int] | None = None
+    """Block recompute to try besides full recompute of every layer: only the first N layers of
+    each model chunk (Megatron `--recompute-method block --recompute-num-layers N`). A row keeps
+    the N with 0 < N < its largest chunk (N = 0 is no recompute, N >= the chunk is every layer,
+    both searched anyway); None = every layer only."""
+    recompute_layers_auto: bool = False
+    """With `recompute_layers` None: try N = a quarter, a half and three quarters of each row's
+    largest model chunk (`--recompute-num-layers auto`)."""
     offload_layers: list[int] | None = None
     """Layers per stage whose activations are offloaded to the host (Megatron-Core
     `--cpu-offloading-num-layers`; tried where pp = 1 without recompute, as Megatron-Core
@@ -87,6 +96,8 @@ class SearchSpace(Spec):
             raise ValueError(f"ZeRO stages must be 0-3, got {v}")
         if v is not None and info.field_name == "offload_layers" and any(x < 0 for x in v):
             raise ValueError(f"offload layers must be >= 0, got {v}")
+        if v is not None and info.field_name == "recompute_layers" and any(x < 0 for x in v):
+            raise ValueError(f"recompute layers per chunk must be >= 0, got {v}")
         if v is not None and info.field_name == "optimizer_offload" and any(
                 not 0 <= x <= 1 or round(x * 100) != round(x * 100, 6) for x in v):
             raise ValueError(f"optimizer offload shares must lie in [0, 1] in steps of 0.01, got {v}")

@@ -48,6 +48,32 @@ def torchtitan(path: str) -> dict:
                 ac=type(c.activation_checkpoint).__qualname__)
 
 
+def torchtitan_split(path: str) -> dict:
+    """TorchTitan's own pipeline split of a loaded 0.3 module: the virtual-stage count from
+    `_get_pipeline_metadata` and the module names per virtual stage from
+    `_generate_llm_fqn_per_model_part` (both pure functions; the parallel dims are only asked
+    for `pp`, so no process group is needed), folded onto ranks (virtual stage v on rank
+    v % pp, the "loop" placement of single-stage and interleaved schedules)."""
+    from types import SimpleNamespace
+
+    from torchtitan.config import ConfigManager
+    from torchtitan.distributed import pipeline_parallel as tpp
+
+    sys.path.insert(0, os.path.dirname(path))
+    module = os.path.basename(path).removesuffix(".py")
+    c = ConfigManager().parse_args(["--module", module, "--config", "autoparallel_config"])
+    p = c.parallelism
+    stages, layers, first, last = tpp._get_pipeline_metadata(
+        SimpleNamespace(pp=p.pipeline_parallel_degree), p, c.model_spec.model)
+    parts = tpp._generate_llm_fqn_per_model_part(stages, layers, first, last)
+    chunks = [sum(name.startswith("layers.") for name in part) for part in parts]
+    pp = p.pipeline_parallel_degree
+    return dict(stages=stages, layers=layers, first_less=first, last_less=last, chunks=chunks,
+                ranks=[sum(chunks[r::pp]) for r in range(pp)],
+                embedding=[i for i, part in enumerate(parts) if "tok_embeddings" in part],
+                output=[i for i, part in enumerate(parts) if "lm_head" in part])
+
+
 def megatron_core(args: dict) -> dict:
     """Build Megatron-Core's TransformerConfig and DDP config from the parsed flags (the
     mapping of Megatron-LM's `core_transformer_config_from_args` / `get_megatron_ddp_config`)."""
@@ -113,6 +139,7 @@ if __name__ == "__main__":
     kind, arg = sys.argv[1], sys.argv[2]
     loaders = {"deepspeed": lambda: deepspeed(arg, int(sys.argv[3])),
                "torchtitan": lambda: torchtitan(arg),
+               "torchtitan_split": lambda: torchtitan_split(arg),
                "megatron_core": lambda: megatron_core(json.loads(arg)),
                "nanotron": lambda: nanotron(arg)}
     try:
