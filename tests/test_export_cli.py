@@ -11,7 +11,7 @@ import tomllib
 import pandas as pd
 import pytest
 
-from autoparallel import make_problem
+from autoparallel import Layout, make_problem
 from autoparallel.exporters import check
 from autoparallel.search.plan import plan
 from conftest import run_cli
@@ -217,3 +217,32 @@ def test_nothing_fits_row_says_so(tmp_path):
     assert r.returncode == 0, r.stderr
     err = _bad("--target", "megatron", "--from", sweep, "--row", "1")
     assert "row 1 holds no layout" in err
+
+
+def test_from_sweep_csv_keeps_the_uneven_split_and_block_recompute(tmp_path):
+    """The sweep CSV's `layout` column (the full slug) carries what the axis columns cannot, so
+    `export --from` writes the planned layout, not its even-split, plain-recompute neighbour:
+    405B on 16,384 H100 plans uneven splits (`pp16[7,8x14,7]`-style); block recompute on request."""
+    csv = tmp_path / "sweep.csv"
+    r = run_cli("plan", "--model", "llama3-405b", "--gpu", "h100", "--gpus", "16384",
+                "--seq-len", "8192", "--global-batch", "2048", "--pp", "16", "--tp", "8",
+                "--recompute", "full", "--recompute-num-layers", "2", "--top", "3",
+                "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    csv.write_text(r.stdout)
+    frame = pd.read_csv(csv)
+    row = frame.iloc[0]
+    full = Layout.from_slug(row["layout"])
+    assert full.stage_layers and sum(full.stage_layers) == 126
+    r = run_cli("export", "--target", "megatron", "--from", csv, "--row", 1)
+    assert r.returncode == 0, r.stderr
+    got = megatron_script_layout(r.stdout)
+    assert got["args"].decoder_first_pipeline_num_layers == full.stage_layers[0]
+    assert got["args"].decoder_last_pipeline_num_layers == full.stage_layers[-1]
+    assert full.recompute_layers == 2  # dp32-tp8-pp16[8x15,6]-vp2-cp4-ep1-z1-rfull2-sp-mb1
+    assert (got["args"].recompute_method, got["args"].recompute_num_layers) == ("block", 2)
+    # an edited axis column that contradicts the slug is refused, naming both
+    frame.loc[0, "tp"] = 4
+    frame.to_csv(csv, index=False)
+    r = run_cli("export", "--target", "megatron", "--from", csv, "--row", 1)
+    assert r.returncode == 2 and "disagrees with the column(s) tp" in r.stderr

@@ -18,7 +18,8 @@ REQUIRED = ("model", "gpu", "n_gpus", "seq_len", "global_batch", "tp", "pp")
 """Columns a row must have; `gpus_per_node` (8), `dp` (derived), `vp`, `cp`, `ep` (1), `zero`
 (1), `recompute` (none), `sp` (on with TP) and `micro_batch` (1) take defaults when absent; the
 job settings (`JobSpec` columns: stack, precision, ...) the stack's defaults when absent or blank."""
-OPTIONAL = ("gpus_per_node", "dp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch")
+OPTIONAL = ("gpus_per_node", "dp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch",
+            "layout")
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
@@ -63,6 +64,17 @@ def read_sweep_row(path: str | Path, row: int) -> tuple[Problem, Layout]:
             recompute=_text(rec, "recompute"), sp=_bool(rec, "sp"),
             micro_batch=_int(rec, "micro_batch"),
         )
+        slug = str(rec.get("layout", "") or "").strip()
+        if slug and slug.lower() != "nan":
+            # the full slug (sweep schema 4) carries what the axis columns cannot: the uneven
+            # split, schedule, block/uniform/named recompute and offload; the axes must agree
+            full = Layout.from_slug(slug)
+            axes = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch")
+            differ = [k for k in axes if getattr(full, k) != getattr(layout, k)]
+            if differ:
+                raise SpecError(f"`layout` = {slug!r} disagrees with the column(s) "
+                                f"{', '.join(differ)}; fix one or empty `layout`")
+            layout = full
         problem_args = (_text(rec, "model"), _text(rec, "gpu"), _int(rec, "n_gpus"),
                         _int(rec, "seq_len"), _int(rec, "global_batch"))
         gpus_per_node = _int(rec, "gpus_per_node")

@@ -10,7 +10,9 @@ from ..specs.job import JOB_FIELDS
 PROBLEM_COLUMNS = ("model", "gpu", "n_gpus", "gpus_per_node", "seq_len", "global_batch") + JOB_FIELDS
 """The problem's numbers and every job setting (`JobSpec`), as `Problem.describe()` gives them."""
 LAYOUT_COLUMNS = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch",
-                  "grad_accum")
+                  "grad_accum", "layout")
+"""`layout` is the full slug (`Layout.slug`: uneven split, schedule, block / uniform / named
+recompute, offload), which `export --from` reads back; the other columns are its main axes."""
 RESULT_COLUMNS = (
     ("rank",)
     + tuple(f"mem_{k}_gib" for k in MEMORY_KEYS)
@@ -26,7 +28,7 @@ after the problem columns. Version 3: + `optimizer_dtype`; `usable_fraction` emp
 allocator margin; + mem_reserved_gib, mem_device_gib, mem_headroom_gib, mem_first_stage_gib,
 mem_last_stage_gib. Version 4: + `model_code`, `torch_compile`, `autocast` (what the model's code
 saves for backward) after `attention`; + time_offload_s (host-link transfers and CPU optimizer step of offloaded layouts)
-after time_optimizer_s."""
+after time_optimizer_s; + `layout` (the full slug) after grad_accum."""
 
 
 def ranked_frame(result) -> pd.DataFrame:
@@ -41,6 +43,7 @@ def ranked_frame(result) -> pd.DataFrame:
         row["note"] = nothing_fits_message(result)
         return pd.DataFrame([row], columns=list(SWEEP_COLUMNS))
     cols = ev.columns()
+    cols["layout"] = [ev.table.row(i).slug for i in range(len(ev))]
     frame = pd.DataFrame({k: cols[k] for k in LAYOUT_COLUMNS + RESULT_COLUMNS if k in cols})
     frame.insert(0, "rank", range(1, len(ev) + 1))
     for k, v in reversed(problem.items()):
