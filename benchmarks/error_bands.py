@@ -21,7 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autoparallel.bands import BAND_FILE  # noqa: E402
 from autoparallel.validation.error_bands import (band_rows, coverage, coverage_summary,  # noqa: E402
+                                                 memory_coverage, memory_residual_frame,
                                                  residual_frame, write_table)
+from autoparallel.validation.runs import read_runs  # noqa: E402
 
 DEFAULT_RUNS = Path(__file__).resolve().parents[2] / "shared" / "data" / "published_runs.csv"
 GPUS = "h100,a100-80gb,a100-40gb,h200,h800,b200,gb200,mi300x"
@@ -39,12 +41,17 @@ def main() -> None:
         pred = pd.read_csv(args.loso)
     else:
         from autoparallel.validation.loso import loso_predictions
-        from autoparallel.validation.runs import load_cases, read_runs
+        from autoparallel.validation.runs import load_cases
 
         cases, _ = load_cases(read_runs(args.runs))
         pred, _ = loso_predictions(cases, [g for g in args.gpus.split(",") if g])
     res = residual_frame(pred)
-    rows = band_rows(res)
+    from autoparallel.data import MEMORY_RUNS
+    from autoparallel.validation.memory_check import memory_records
+
+    records, _ = memory_records(read_runs(MEMORY_RUNS))
+    mem = memory_residual_frame(records)
+    rows = band_rows(res, mem)
     pd.set_option("display.width", 200)
     print(pd.DataFrame([r.__dict__ for r in rows]).to_string(index=False), "\n")
     cov = coverage(res, rows)
@@ -55,11 +62,15 @@ def main() -> None:
     print(coverage_summary(cov, "group").to_string(index=False, formatters=fmt), "\n")
     print("== per source")
     print(coverage_summary(cov, "source").to_string(index=False, formatters=fmt), "\n")
+    mcov = memory_coverage(res, mem, rows)
+    print(f"== memory: share of {mcov['runs']} runs with measured <= total_high (exp(-p10)): "
+          f"{mcov['covered_shipped']:.0%} shipped, {mcov['covered_nested']:.0%} nested\n")
     print("== per regime")
     print(coverage_summary(cov, "regime").to_string(index=False, formatters=fmt), "\n")
     if not args.check:
         header = ("Error bands: p10 / p50 / p90 of ln(predicted / measured) from leave-one-source-out\n"
-                  f"validation residuals ({len(res)} runs of {Path(args.runs).name}).\n"
+                  f"validation residuals ({len(res)} runs of {Path(args.runs).name}); memory rows\n"
+                  f"also from the {len(mem)} dense runs of memory_runs.csv (no fitted memory knobs).\n"
                   "Written by benchmarks/error_bands.py; read by autoparallel/bands.py.")
         write_table(rows, args.output, header)
         print(f"table -> {args.output}")

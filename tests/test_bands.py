@@ -124,3 +124,27 @@ def test_plan_robust_pick_prefers_tp_inside_the_node_among_near_ties():
         r["robustness"]["net_sensitivity"] for r in inside)
     assert not cross[0]["robustness"]["tp_ep_in_node"]
     assert recs_r[0]["layout"]["tp"] == 8
+
+
+def test_memory_quantiles_pool_the_memory_runs():
+    """The dedicated memory runs (memory_runs.csv; the memory model has no fitted knob, so their
+    residuals are out of sample) join the step-time runs that report memory in the memory
+    quantiles: a stack with memory runs but no step-time memory gets its own row, and the
+    quantiles are those of the pooled log residuals."""
+    import pandas as pd
+
+    from autoparallel.validation.error_bands import band_rows, memory_residual_frame, table_of
+
+    records = pd.DataFrame({
+        "row_id": ["a", "b", "c", "d", "e", "f"], "source": ["s1"] * 3 + ["s2"] * 3,
+        "gpu": ["h100"] * 6, "stack": ["paddlenlp"] * 6, "moe": [False] * 5 + [True],
+        "mem_err": [0.1, -0.1, 0.0, 0.2, -0.2, 5.0]})
+    mem = memory_residual_frame(records)
+    assert len(mem) == 5  # the MoE row is left out
+    res = pd.DataFrame(columns=["row_id", "source", "gpu", "stack", "r_step", "r_memory",
+                                "regime"])
+    table = table_of(band_rows(res, mem))
+    row = table[("memory", "paddlenlp", "h100", ANY)]
+    r = np.log1p(np.array([0.1, -0.1, 0.0, 0.2, -0.2]))
+    assert row.runs == 5 and row.p10 == pytest.approx(np.percentile(r, 10), abs=1e-4)
+    assert ("step", ANY, ANY, ANY) not in table

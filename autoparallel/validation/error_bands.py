@@ -47,11 +47,25 @@ def _row(quantity: str, stack: str, gpu: str, regime: str, r: pd.Series, sources
                    tuple(sorted(set(sources))))
 
 
-def band_rows(res: pd.DataFrame) -> list[BandRow]:
+def memory_residual_frame(records: pd.DataFrame) -> pd.DataFrame:
+    """The memory runs' log residuals (`memory_check.memory_records`, dense rows with a measured
+    figure) in `residual_frame`'s columns, step columns empty: pooled into the memory quantiles
+    by `band_rows(res, memory=...)`."""
+    dense = records[~records["moe"] & records["mem_err"].notna()]
+    return pd.DataFrame({
+        "row_id": dense["row_id"], "source": dense["source"], "gpu": dense["gpu"],
+        "stack": dense["stack"].astype(str), "r_step": np.nan,
+        "r_memory": np.log1p(dense["mem_err"].astype(float)),
+    })
+
+
+def band_rows(res: pd.DataFrame, memory: pd.DataFrame | None = None) -> list[BandRow]:
     """Quantile rows for every key with enough runs (pooled: `MIN_POOLED_RUNS`; per regime:
-    `MIN_REGIME_RUNS`). A GPU key is written for every preset of its group (A100 40GB + 80GB)."""
+    `MIN_REGIME_RUNS`). A GPU key is written for every preset of its group (A100 40GB + 80GB).
+    `memory` (`memory_residual_frame`) adds the dedicated memory runs to the memory quantiles."""
     rows: list[BandRow] = []
-    res = res.copy()
+    res = pd.concat([res, memory], ignore_index=True) if memory is not None and len(memory) \
+        else res.copy()
     res["group"] = res["gpu"].map(lambda g: group_of(g))
     keys = [(ANY, None)]  # (stack, gpu group); None = any GPU
     keys += [(ANY, g) for g in sorted(set(res["group"]))]
@@ -128,6 +142,29 @@ def coverage(res: pd.DataFrame, rows: list[BandRow]) -> pd.DataFrame:
         nested[mask] = inside(res[mask], table_of(others))
     out["inside_nested"] = nested
     return out
+
+
+def memory_coverage(res: pd.DataFrame, memory: pd.DataFrame, rows: list[BandRow]) -> dict:
+    """Share of memory residuals (the step-time runs that report memory, `res`, and the memory
+    runs, `memory`) at or above their band's p10, the side `total_high` covers (measured <=
+    total x exp(-p10)): with the shipped quantiles, and nested (quantiles without the run's own
+    source)."""
+    from ..bands import find_row
+
+    def low(table: dict, gpu: str, stack: str) -> float:
+        _, row = find_row("memory", stack, gpu, ANY, table)  # the shipped lookup order
+        return row.p10 if row is not None else -np.inf
+
+    runs = pd.concat([res[res["r_memory"].notna()], memory], ignore_index=True)
+    shipped = table_of(rows)
+    ok_shipped = [r.r_memory >= low(shipped, r.gpu, r.stack) for r in runs.itertuples()]
+    nested_tables = {src: table_of(band_rows(res[res["source"] != src],
+                                             memory[memory["source"] != src]))
+                     for src in set(runs["source"])}
+    ok_nested = [r.r_memory >= low(nested_tables[r.source], r.gpu, r.stack)
+                 for r in runs.itertuples()]
+    return {"runs": len(runs), "covered_shipped": float(np.mean(ok_shipped)),
+            "covered_nested": float(np.mean(ok_nested))}
 
 
 def coverage_summary(cov: pd.DataFrame, by: str) -> pd.DataFrame:

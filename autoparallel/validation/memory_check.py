@@ -86,7 +86,7 @@ def memory_records(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
             if kind and measured else {}
         out.append({
             "row_id": rid, "source": src, "definition": kind or "oom", "oom": oom,
-            "moe": case.model.moe is not None, "stack": case.stack,
+            "moe": case.model.moe is not None, "stack": case.stack, "gpu": case.gpu,
             "layout": case.layout.resolved(case.n_gpus).slug,
             "measured_gib": measured if not oom or kind else np.nan,
             "predicted_gib": predicted,
