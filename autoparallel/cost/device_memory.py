@@ -18,12 +18,16 @@ reserves (`max_memory_reserved`, what TorchTitan prints) and what `nvidia-smi` s
   tensors, so they are in the ledger's `overhead`, `Profile.memory_overhead_gib`).
   * CUDA context: 0.3-0.6 GiB per process (CUDA C Programming Guide, lazy loading, CUDA 11.7+
     keeps the lower end; measured on A100/H100 with PyTorch: ~0.5 GiB). We use `CUDA_CONTEXT`.
-  * NCCL: each communicator a rank belongs to (one per parallel group of size > 1) holds, per
-    channel and per peer connection, a buffer of NCCL_BUFFSIZE = 4 MiB for the SIMPLE protocol
-    (NCCL environment-variable docs) plus the LL/LL128 buffers; with the ring and the tree
-    algorithm and the 8-16 channels NCCL opens inside an NVLink node that is ~16 x 2 x 4 MiB =
-    128 MiB per communicator (`NCCL_PER_COMMUNICATOR`). The groups a rank is in follow from the
-    layout (`communicators`).
+  * NCCL: each communicator a rank belongs to (one per parallel group of size > 1, created when
+    first used) holds, per channel and per peer connection, NCCL_BUFFSIZE = 4 MiB SIMPLE buffers
+    plus the LL/LL128 buffers and its device-side structures; memory grows linearly with the
+    channels NCCL opens to reach NVLink bandwidth and with the algorithms' connections (NCCL
+    maintainers, NVIDIA/nccl #864 / #986). Measured through PyTorch on 4 x A100 NVLink (NVIDIA/nccl
+    #964): creating a group and running one all-reduce raised device memory by 544 MB for a
+    2-GPU group and 688 MB for a 3-4 GPU group (`NCCL_PER_PAIR`, `NCCL_PER_COMMUNICATOR`). Hopper
+    opens more channels and, on NVSwitch systems, NVLS buffers (the NeMo launcher and JAX-Toolbox
+    set NCCL_NVLS_ENABLE=0 to save that memory), so these are lower bounds there. The groups a
+    rank is in follow from the layout (`nccl_bytes`).
   * Workspaces are not added here: PyTorch's cuBLAS workspace (32 MiB per handle on Hopper,
     CUBLAS_WORKSPACE_CONFIG default, PyTorch docs "Reproducibility") and Transformer Engine's
     cuBLASLt workspace (transformer_engine get_cublas_workspace_size_bytes) are tensors from the
@@ -43,20 +47,25 @@ BLOCK_ROUNDING = 2 * MiB
 """Rounding of the last large segment to 2 MiB and the small-block pool's first 2 MiB segment."""
 CUDA_CONTEXT = 0.5 * GiB
 """CUDA context per process (0.3-0.6 GiB, module docstring)."""
-NCCL_PER_COMMUNICATOR = 16 * 2 * 4 * MiB
-"""NCCL buffers per communicator: 16 channels x 2 connections x NCCL_BUFFSIZE 4 MiB."""
+NCCL_PER_COMMUNICATOR = 688e6
+"""NCCL device memory per communicator of 3+ GPUs (NVIDIA/nccl #964: 688 MB, 4 x A100 NVLink)."""
+NCCL_PER_PAIR = 544e6
+"""NCCL device memory per 2-GPU communicator (NVIDIA/nccl #964: 544 MB), e.g. a P2P pipeline pair."""
 
 
-def communicators(t: LayoutTable) -> np.ndarray:
-    """Communicators (NCCL process groups of size > 1) one rank belongs to: data-parallel
-    (DP, and DP x CP for the gradient reduction when cp > 1), tensor, pipeline (the P2P pair to
-    each neighbour, plus the embedding group tying first and last stage), context and expert
-    parallel groups (Megatron-Core parallel_state.initialize_model_parallel builds these)."""
-    dp, tp, pp, cp, ep = (t[k] for k in ("dp", "tp", "pp", "cp", "ep"))
-    n = (dp > 1).astype(np.float64) + (tp > 1) + (cp > 1) + (ep > 1)
-    n = n + ((dp > 1) & (cp > 1))  # DP x CP gradient group
-    n = n + np.where(pp > 1, 3.0, 0.0)  # send/recv to the previous and next stage + embedding group
-    return n
+def nccl_bytes(t: LayoutTable) -> np.ndarray:
+    """NCCL device memory of one rank: `NCCL_PER_COMMUNICATOR` per group of 3+ GPUs and
+    `NCCL_PER_PAIR` per 2-GPU group (the groups Megatron-Core's initialize_model_parallel builds and a step uses): DP, TP, CP, EP, DP x CP,
+    the pipeline's P2P pairs (one neighbour at pp = 2, two beyond) and the embedding group of the
+    first and last stage."""
+    dp, tp, pp, cp, ep = (t[k].astype(np.float64) for k in ("dp", "tp", "pp", "cp", "ep"))
+
+    def group(size):
+        return np.where(size > 2, NCCL_PER_COMMUNICATOR, np.where(size == 2, NCCL_PER_PAIR, 0.0))
+
+    out = group(dp) + group(tp) + group(cp) + group(ep) + np.where(cp > 1, group(dp * cp), 0.0)
+    pairs = np.where(pp > 2, 3.0, np.where(pp == 2, 2.0, 0.0))  # P2P neighbours + embedding group
+    return out + pairs * NCCL_PER_PAIR
 
 
 def reserved_bytes(allocated: np.ndarray) -> np.ndarray:
@@ -67,4 +76,4 @@ def reserved_bytes(allocated: np.ndarray) -> np.ndarray:
 def outside_allocator_bytes(t: LayoutTable) -> np.ndarray:
     """What `nvidia-smi` shows beyond the caching allocator's reserve: CUDA context and the NCCL
     buffers of every communicator the rank is in."""
-    return CUDA_CONTEXT + NCCL_PER_COMMUNICATOR * communicators(t)
+    return CUDA_CONTEXT + nccl_bytes(t)
