@@ -155,11 +155,16 @@ def test_reserved_and_device_hand_calculation():
     assert m["reserved"] == pytest.approx(m["total"] * 1.066 + 2 / 1024, rel=1e-9)
     assert m["device"] - m["reserved"] == pytest.approx(0.5 + (688e6 + 544e6) / GiB, rel=1e-9)
     assert m["overhead"] == pytest.approx(1.0, rel=1e-9)
-    # dp2-tp2-pp2: DP and TP pairs, the P2P pair to the other stage and the embedding group
+    # dp2-tp2-pp2: DP and TP pairs and the P2P pair to the other stage; llama3-8b's embeddings are
+    # untied, so no embedding group (a tied model adds that pair)
     m2 = _est(Layout(tp=2, pp=2, zero=1, micro_batch=1))
-    assert m2["device"] - m2["reserved"] == pytest.approx(0.5 + 4 * 544e6 / GiB, rel=1e-9)
+    assert m2["device"] - m2["reserved"] == pytest.approx(0.5 + 3 * 544e6 / GiB, rel=1e-9)
     # the default fit rule: reserved against capacity less what lies outside the allocator
-    assert m2["usable"] == pytest.approx(80 - (0.5 + 4 * 544e6 / GiB), rel=1e-9)
+    assert m2["usable"] == pytest.approx(80 - (0.5 + 3 * 544e6 / GiB), rel=1e-9)
+    tied = estimate(make_problem(load_model("llama3-8b").model_copy(update={"tied_embeddings": True}),
+                                 "h100", 8, seq_len=4096, global_batch=64),
+                    Layout(tp=2, pp=2, zero=1, micro_batch=1))["memory_gib"]
+    assert tied["device"] - tied["reserved"] == pytest.approx(0.5 + 4 * 544e6 / GiB, rel=1e-9)
     assert m2["headroom"] == pytest.approx(m2["usable"] - m2["reserved"], rel=1e-9)
 
 

@@ -53,18 +53,21 @@ NCCL_PER_PAIR = 544e6
 """NCCL device memory per 2-GPU communicator (NVIDIA/nccl #964: 544 MB), e.g. a P2P pipeline pair."""
 
 
-def nccl_bytes(t: LayoutTable) -> np.ndarray:
+def nccl_bytes(t: LayoutTable, tied_embeddings: bool = True) -> np.ndarray:
     """NCCL device memory of one rank: `NCCL_PER_COMMUNICATOR` per group of 3+ GPUs and
-    `NCCL_PER_PAIR` per 2-GPU group (the groups Megatron-Core's initialize_model_parallel builds and a step uses): DP, TP, CP, EP, DP x CP,
-    the pipeline's P2P pairs (one neighbour at pp = 2, two beyond) and the embedding group of the
-    first and last stage."""
+    `NCCL_PER_PAIR` per 2-GPU group, for the groups Megatron-Core's initialize_model_parallel
+    builds and a training step uses (PyTorch creates a communicator at its first collective): DP,
+    TP, CP, EP, DP x CP, the pipeline's P2P pairs (one neighbour at pp = 2, two beyond) and, with
+    tied embeddings only, the embedding group of the first and last stage (Megatron all-reduces
+    the shared embedding's gradient there; `_allreduce_embedding_grads`)."""
     dp, tp, pp, cp, ep = (t[k].astype(np.float64) for k in ("dp", "tp", "pp", "cp", "ep"))
 
     def group(size):
         return np.where(size > 2, NCCL_PER_COMMUNICATOR, np.where(size == 2, NCCL_PER_PAIR, 0.0))
 
     out = group(dp) + group(tp) + group(cp) + group(ep) + np.where(cp > 1, group(dp * cp), 0.0)
-    pairs = np.where(pp > 2, 3.0, np.where(pp == 2, 2.0, 0.0))  # P2P neighbours + embedding group
+    pairs = np.where(pp > 2, 2.0, np.where(pp == 2, 1.0, 0.0))  # P2P neighbours
+    pairs = pairs + np.where((pp > 1) & tied_embeddings, 1.0, 0.0)  # embedding group
     return out + pairs * NCCL_PER_PAIR
 
 
@@ -73,7 +76,7 @@ def reserved_bytes(allocated: np.ndarray) -> np.ndarray:
     return allocated * (1.0 + FRAGMENTATION) + BLOCK_ROUNDING
 
 
-def outside_allocator_bytes(t: LayoutTable) -> np.ndarray:
+def outside_allocator_bytes(t: LayoutTable, tied_embeddings: bool = True) -> np.ndarray:
     """What `nvidia-smi` shows beyond the caching allocator's reserve: CUDA context and the NCCL
-    buffers of every communicator the rank is in."""
-    return CUDA_CONTEXT + nccl_bytes(t)
+    memory of every communicator the rank uses (`nccl_bytes`)."""
+    return CUDA_CONTEXT + nccl_bytes(t, tied_embeddings)

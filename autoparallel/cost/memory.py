@@ -272,7 +272,7 @@ def memory_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.
     workspaces: `cost.device_memory`); with an explicit `usable_fraction`, the allocated peak
     against capacity x usable_fraction (the seed's rule)."""
     sts = stages(arch, t, problem.training.global_batch)
-    outside = outside_allocator_bytes(t)
+    outside = outside_allocator_bytes(t, tied_embeddings=arch.p_output == 0)
     per_stage = [stage_memory(problem, arch, t, sts[name]) for name in STAGES]
     out: dict[str, np.ndarray] = {}
     for name, items in zip(STAGES, per_stage):
