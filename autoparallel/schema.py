@@ -104,7 +104,7 @@ class StageMemoryOut(_Out):
     reserved: float
     """allocated plus the allocator reserve (`max_memory_reserved`)."""
     device: float
-    """reserved plus context, NCCL buffers and workspaces (`nvidia-smi`)."""
+    """reserved plus CUDA context and NCCL memory (`nvidia-smi`)."""
 
 
 class MemoryOut(_Out):
@@ -123,22 +123,23 @@ class MemoryOut(_Out):
     embedding_logits: float
     """Embedding output and fp32 logits of the first / last stage."""
     overhead: float
-    """Fixed overhead (CUDA context, workspaces) plus transients (ZeRO-3 gathers, full-recompute
-    working set, CP ring buffers)."""
+    """Fixed overhead inside the allocator (cuBLAS / Transformer Engine workspaces, buckets) plus
+    transients (ZeRO-3 gathers, recompute working set, CP ring buffers, autocast's cast cache,
+    a foreach optimizer step's excess)."""
     total: float
     """params + grads + optimizer + activations + embedding_logits + overhead."""
     capacity: float
     """HBM of one GPU."""
     usable: float
-    """What the fit figure may reach: capacity less CUDA context, NCCL buffers and workspaces
+    """What the fit figure may reach: capacity less CUDA context and NCCL memory
     (default; the figure is `reserved`), or capacity x usable_fraction (explicit fraction; the
     figure is `total`)."""
     reserved: float
     """`torch.cuda.max_memory_reserved`: total plus the caching allocator's fitted fragmentation
     reserve and block rounding."""
     device: float
-    """What `nvidia-smi` shows: reserved plus CUDA context, NCCL communicator buffers (one set per
-    parallel group of the rank) and cuBLAS / Transformer Engine workspaces."""
+    """What `nvidia-smi` shows: reserved plus CUDA context and NCCL memory (per communicator the
+    rank uses, `cost.device_memory`)."""
     headroom: float
     """usable minus the fit figure; negative when the layout does not fit."""
     total_high: float

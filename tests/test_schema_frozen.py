@@ -24,7 +24,7 @@ FROZEN = {
     "1": "76a95d8b0c0a9458a79587eda8a8fe2655143dac53fd7a9ac2827393ee79f33c",
     "2": "a71a9639704ee361f283e516af771cd79d128da8061e4510774b30febc5115c4",
     "3": "0ea2f026188a2ea3c19a5b2f4b5d003355881487e586a142b269482624696ab3",
-    "4": "cc11485f49dfd747cdd044d753544eab78b766005d6816e5b99bc3c96989a209",
+    "4": "742d6be25ac4a583b4cbfcd3c835a0a81cdf1ffe81ef817be10331824454285d",
 }
 """sha256 of each released golden (canonical JSON: sorted keys, no spaces)."""
 OUTPUTS = ("estimate", "plan", "capacity")

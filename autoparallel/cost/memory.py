@@ -130,7 +130,8 @@ def op_sac_bytes(arch: Arch, t: LayoutTable, tokens: np.ndarray, moe: bool,
     h = arch.hidden
     mlp = arch.top_k * (2.0 * arch.expert_ffn + 2.0 * h) + 2.0 * arch.shared_ffn if moe \
         else 2.0 * arch.ffn + 2.0 * h
-    return tokens * (2.0 * h / rep_div + (2.0 * q_w + 2.0 * q_w + 4.0 * arch.n_heads + mlp) / tp
+    # block input; wq output + attention output (2q each) + LSE; the MLP's; wv output
+    return tokens * (2.0 * h / rep_div + (4.0 * q_w + 4.0 * arch.n_heads + mlp) / tp
                      + 2.0 * v_w / kv_div)
 
 
@@ -224,6 +225,7 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
     cast_cache = np.where(tr.autocast, 2.0 * (dense + expert), 0.0)
     overhead = problem.profile.memory_overhead_gib * GiB + gathered + working + kv_buffers \
         + cast_cache
+    grads_full = grads
     if not problem.stack.persistent_grads:
         # Gradients freed between steps (PyTorch `zero_grad(set_to_none=True)`, FSDP2's sharded
         # grads allocated by each layer's reduce-scatter): with one micro-batch per step they
@@ -231,10 +233,7 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
         # larger of the two, not their sum; with accumulation they persist across micro-batches.
         transient = activations + embed + logits + working + cast_cache
         one = micro_batches(tr.global_batch, t) <= 1
-        grads_full = grads
         grads = np.where(one, np.maximum(grads - transient, 0.0), grads)
-    else:
-        grads_full = grads
     if problem.stack.optimizer_foreach:
         # The optimizer step runs after the backward, every gradient held and no activation: a
         # foreach AdamW adds one moment-sized temporary (4 bytes fp32, 2 bf16) per local
@@ -268,8 +267,8 @@ def memory_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.
     `<stage>.<key>` (`first.params`, `last.device`, ...).
 
     Fits (`fit_peak <= usable`): by default the reserved peak of the most loaded stage against
-    the capacity less what lies outside the caching allocator (CUDA context, NCCL buffers,
-    workspaces: `cost.device_memory`); with an explicit `usable_fraction`, the allocated peak
+    the capacity less what lies outside the caching allocator (CUDA context and NCCL memory:
+    `cost.device_memory`); with an explicit `usable_fraction`, the allocated peak
     against capacity x usable_fraction (the seed's rule)."""
     sts = stages(arch, t, problem.training.global_batch)
     outside = outside_allocator_bytes(t, tied_embeddings=arch.p_output == 0)

@@ -45,7 +45,7 @@ class JobSpec(Spec):
     tp_comm_overlap: bool | None = Field(None, **_cli("--tp-comm-overlap/--no-tp-comm-overlap"))
     """TP collectives overlapped with GEMMs (Megatron --tp-comm-overlap, TorchTitan async TP); default: the stack's."""
     usable_fraction: float | None = Field(None, gt=0, le=1, **_cli("--usable-fraction"))
-    """Override: share of GPU memory the allocated peak may fill (e.g. 0.9); default: the reserved peak (with the fitted fragmentation reserve) must fit in the capacity less CUDA context, NCCL buffers and workspaces."""
+    """Override: share of GPU memory the allocated peak may fill (e.g. 0.9); default: the reserved peak (with the fitted fragmentation reserve) must fit in the capacity less CUDA context and NCCL memory."""
     intra_gbps: PositiveFloat | None = Field(None, **_cli("--intra-gbps"))
     """Override of the scale-up (NVLink) bandwidth per GPU, GB/s one direction."""
     inter_gbps: PositiveFloat | None = Field(None, **_cli("--inter-gbps"))

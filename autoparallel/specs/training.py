@@ -25,7 +25,7 @@ class TrainingSpec(Spec):
     usable_fraction: float | None = Field(None, gt=0, le=1)
     """Share of HBM the allocated peak may fill (the seed's rule, e.g. 0.9); None: the reserved
     peak (allocated + the allocator's fitted fragmentation reserve) against the capacity less the
-    CUDA context, NCCL buffers and workspaces (`cost.device_memory`)."""
+    CUDA context and NCCL memory (`cost.device_memory`)."""
     attention: Literal["flash", "cudnn", "eager"] = "flash"
     """`flash`: fused FlashAttention-2-class kernel, no s^2 scores stored; `cudnn`: the cuDNN fused
     attention / FlashAttention-3 of Transformer Engine (Megatron-Core, NeMo), same memory as

@@ -10,27 +10,23 @@ import re
 from .modelspec import RowSkip, _int, _num
 
 
+PLAIN_GPU_NAMES = ("gb200", "b200", "mi300x", "a10g", "h800", "h200")
+"""Presets a `gpu` column names verbatim (the other presets need a variant check)."""
+
+
 def gpu_preset(text: str) -> str:
     """Preset name for the `gpu` column, or raise `RowSkip` (unknown GPU / power-capped variant)."""
     t = text.lower()
     if re.search(r"gb300|b300", t):
         raise RowSkip("unknown GPU (B300/GB300: no preset)")
-    if "gb200" in t:
-        return "gb200"
-    if "b200" in t:
-        return "b200"
-    if "mi300x" in t:
-        return "mi300x"
-    if "a10g" in t:
-        return "a10g"
     if "v100" in t:
         if re.search(r"\b16\s*gb", t):
             raise RowSkip("unknown GPU (V100 16GB: no preset)")
         return "v100-32gb"
-    if "h800" in t:
-        return "h800"
-    if "h200" in t:
-        return "h200"
+    # the first name found wins: gb200 before b200
+    found = next((name for name in PLAIN_GPU_NAMES if name in t), None)
+    if found:
+        return found
     if "h100" in t:
         if re.search(r"hbm2e|500\s*w|lower-tdp", t):
             raise RowSkip("unknown GPU (H100 HBM2e 500 W variant: no preset)")
@@ -190,8 +186,8 @@ def _job_overrides(row, stack: str | None = None) -> dict:
         out["model_code"] = code
     if re.search(r"--training\.compile|--compile\b|torch\.compile|compile[=:]\s*true", text):
         out["torch_compile"] = True
-    if re.search(r"torch autocast|torch\.autocast", f"{row.get('precision') or ''} {text}".lower()) \
-            and re.search(r"fp32 param", f"{row.get('precision') or ''} {text}".lower()):
+    amp = f"{row.get('precision') or ''} {text}".lower()
+    if re.search(r"torch\.? ?autocast", amp) and "fp32 param" in amp:
         out["autocast"] = True  # fp32 FSDP parameters under torch.autocast (ATorch)
     if "tp-comm-overlap" in text or "async tp" in text or "asynctp" in text:
         out["tp_comm_overlap"] = True
@@ -207,8 +203,9 @@ def _eager_default(stack: str) -> bool:
 
 
 def _model_code(row) -> str | None:
-    """`hf` when the row trains a Hugging Face transformers model class under a stack whose
-    default model code differs (e.g. ATorch's FSDP on `LlamaForCausalLM`); None otherwise."""
+    """The model code the framework names where it may differ from its stack's default: `fused`
+    for Megatron-style layers (ATorch 3D), `hf` for LitGPT's GPT and Hugging Face transformers
+    classes (e.g. ATorch's FSDP on `LlamaForCausalLM`); None otherwise."""
     text = f"{row.get('framework') or ''}".lower()
     if "megatron-style" in text:
         return "fused"  # Megatron-style TP layers with a vocab-parallel cross-entropy (ATorch 3D)

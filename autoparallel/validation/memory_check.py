@@ -134,8 +134,7 @@ def stage_summary(records: pd.DataFrame) -> dict | None:
     if not len(errs):
         return None
     return {"runs": int(records[cols[0]].notna().sum()), "stages": len(errs),
-            "median_abs_err": float(errs.abs().median()), "max_abs_err": float(errs.abs().max()),
-            "rows": list(records.loc[records[cols[0]].notna(), "row_id"])}
+            "median_abs_err": float(errs.abs().median()), "max_abs_err": float(errs.abs().max())}
 
 
 def memory_summary(records: pd.DataFrame) -> pd.DataFrame:

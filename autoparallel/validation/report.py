@@ -17,6 +17,7 @@ from ..cost.arch import build_arch
 from ..evaluate import TIME_KEYS, evaluate
 from ..specs.hardware import Profile
 from ..units import GiB, TFLOPS
+from .memory_check import FIGURE
 from .runs import RULES, RunCase
 
 TIME_PARTS = tuple(k for k in TIME_KEYS if k != "step")
@@ -37,8 +38,7 @@ def predict_case(case: RunCase, profile: Profile | None = None, arch=None) -> di
     step, meas = time_s["step"], case.measured_step_s
     peak = problem.cluster.gpu.bf16_tflops * TFLOPS * case.n_gpus
     # the figure the run measured (allocated, reserved or nvidia-smi device memory)
-    mem = float(ev.memory[{"allocated": "total"}.get(case.mem_definition, case.mem_definition)][0]
-                / GiB)
+    mem = float(ev.memory[FIGURE[case.mem_definition]][0] / GiB)
     tokens = case.seq_len * case.global_batch
     rec = {
         "row_id": case.row_id, "source": case.source, "gpu": case.gpu, "model": case.model.name,
