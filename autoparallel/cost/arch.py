@@ -67,6 +67,16 @@ class Arch:
     p_final_norm: float
     uniform: bool
     """True when `n_params` was given: all parameters spread evenly over layers (the seed's rule)."""
+    gemm_share: float
+    """Share of each layer's weights that its GEMMs multiply through in the time model: 1 for an
+    architecture count; with `n_params`, (N - hV) / N, because the given N also holds the output
+    layer, whose logits GEMM (h x V) is timed on its own on the last stage: the layers' GEMMs and
+    the logits GEMM together are then the seed's N weights per token (6N FLOPs), not N + hV."""
+    tied: bool
+    """Whether the output layer shares the input embedding's weights (`p_embed` > 0: not with
+    `n_params`, whose embeddings are spread over the layers)."""
+    attention_flops: bool
+    """Whether the model FLOPs add the causal attention term (`ModelSpec.attention_flops`)."""
     # --- activations: bytes per token per layer ---
     act_attn_rep: float
     """Attention-block bytes per token stored whole on every TP rank without SP (LN in, QKV in, mask)."""
@@ -78,6 +88,9 @@ class Arch:
     act_mlp_shard: float
     act_moe_rep: float
     act_moe_shard: float
+    act_moe_gathered: float
+    """MoE bytes per token held whole on every TP rank: the routed copies' expert FC1 input,
+    all-gathered across the expert-TP group after the all-to-all (`build_arch`)."""
 
     # ------------------------------------------------------------------ parameters
     @property
@@ -133,20 +146,25 @@ class Arch:
         return 1.0 - self.n_window_layers / self.n_layers * (1.0 - windowed)
 
     def gemm_params_per_token(self) -> float:
-        """Weights a token multiplies through (active experts only, router excluded as in
-        Megatron's count; reference §2.1). Forward FLOPs per token = 2x this."""
+        """Weights a token multiplies through in the transformer layers (active experts only,
+        router excluded as in Megatron's count; reference §2.1; times `gemm_share`). Forward
+        FLOPs per token = 2x this, plus 2hV for the logits."""
         attn = self.attn_params
         dense = self.n_dense_layers * (attn + self.p_mlp)
         per_expert = self.p_routed / self.n_experts if self.n_experts else 0.0
         moe = self.n_moe_layers * (attn + self.top_k * per_expert + self.p_shared)
-        return dense + moe
+        return (dense + moe) * self.gemm_share
 
     def model_flops_per_sequence(self, seq_len: int) -> float:
         """Training FLOPs (forward + backward = 3x forward) for one sequence, Megatron's causal
         convention (reference §2.1): 6 * tokens * (GEMM weights + logits) + 3 * s^2 * L * n_h(d_qk+d_v),
-        the attention term scaled by `attn_pair_fraction` for sliding-window layers."""
+        the attention term scaled by `attn_pair_fraction` for sliding-window layers. With
+        `n_params` the GEMM part is the seed's 6 N per token exactly (`gemm_share`), and the
+        attention term is added only where the model says so (`attention_flops`)."""
         s = float(seq_len)
         gemm = 6.0 * s * (self.gemm_params_per_token() + self.hidden * self.vocab)
+        if not self.attention_flops:
+            return gemm
         attn = 3.0 * s * s * self.n_layers * self.attn_score_width * self.attn_pair_fraction(seq_len)
         return gemm + attn
 
@@ -202,10 +220,16 @@ def build_arch(model: ModelSpec) -> Arch:
     act_mlp_rep = (4 + delta) * h
     act_mlp_shard = c_f * model.ffn_hidden_size
     # MoE MLP (reference §3.5, derived): LN input 2h + router input 2h + mask + fp32 router
-    # probabilities 4E [replicated]; per routed copy: permuted expert input 2h + c_f f_e +
-    # combine input 2h; shared experts c_f f_e each [sharded].
+    # probabilities 4E [replicated]; per routed copy: c_f f_e + combine input 2h, shared experts
+    # c_f f_e each [sharded]; and per routed copy the permuted expert FC1 input 2h [whole on every
+    # TP rank]: with expert-TP = TP (Megatron's default) the all-to-all dispatcher all-gathers the
+    # received tokens across the expert-TP group before the experts (Megatron-Core
+    # token_dispatcher.py, MoEAlltoAllTokenDispatcher: "A2A(EP) -> AG(TP)" in
+    # `dispatch_postprocess`, "RS(TP) -> A2A(EP)" in `combine_preprocess`), so each rank's
+    # experts take all k T routed copies of its TP group; without SP every rank holds them anyway.
     act_moe_rep = (4 + delta) * h + 4.0 * E
-    act_moe_shard = k * (4.0 * h + c_f * f_e) + c_f * f_sh
+    act_moe_shard = k * (2.0 * h + c_f * f_e) + c_f * f_sh
+    act_moe_gathered = 2.0 * h * k
 
     p_mlp = mu * h * model.ffn_hidden_size
     p_norm = 2.0 * h
@@ -213,6 +237,7 @@ def build_arch(model: ModelSpec) -> Arch:
     p_output = 0.0 if model.tied_embeddings else p_embed
     p_final_norm = float(h)
     uniform = model.n_params is not None
+    gemm_share = 1.0
     if uniform:
         # The seed's rule: the given total is spread evenly over the layers, all TP-sharded.
         per_layer = float(model.n_params) / L
@@ -220,6 +245,10 @@ def build_arch(model: ModelSpec) -> Arch:
         p_q, p_kv, p_rep, p_mlp = p_q * share, p_kv * share, p_rep * share, p_mlp * share
         p_out = p_out * share
         p_norm = p_embed = p_output = p_final_norm = 0.0
+        # N holds the output layer too: its h x V weights are the logits GEMM, timed on the last
+        # stage, so the layers multiply through the other N - hV (ModelSpec forbids N <= hV)
+        gemm_share = 1.0 - h * model.vocab_size / float(model.n_params)
+    attention_flops = (not uniform) if model.attention_flops is None else model.attention_flops
 
     return Arch(
         n_layers=L,
@@ -255,6 +284,9 @@ def build_arch(model: ModelSpec) -> Arch:
         p_output=p_output,
         p_final_norm=p_final_norm,
         uniform=uniform,
+        gemm_share=gemm_share,
+        tied=bool(model.tied_embeddings and not uniform),
+        attention_flops=attention_flops,
         act_attn_rep=float(act_attn_rep),
         act_attn_qo=float(act_attn_qo),
         act_attn_kv=float(act_attn_kv),
@@ -262,4 +294,5 @@ def build_arch(model: ModelSpec) -> Arch:
         act_mlp_shard=float(act_mlp_shard),
         act_moe_rep=float(act_moe_rep),
         act_moe_shard=float(act_moe_shard),
+        act_moe_gathered=float(act_moe_gathered),
     )

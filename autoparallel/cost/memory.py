@@ -65,7 +65,8 @@ def layer_activation_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bo
     Engine): the inputs of the linear layers are kept in the recipe's element size instead of
     2 bytes: QKV and FC1 inputs 2h + 2h (replicated without SP), output-projection input 2 n_h d_v
     and FC2 input 2f per token (TP-sharded); for MoE layers the routed tokens' expert inputs
-    k (2h + 2f_e) and the shared experts' FC2 inputs.
+    k (2h + 2f_e) (the FC1 inputs whole on each TP rank, `Arch.act_moe_gathered`) and the shared
+    experts' FC2 inputs.
     """
     s, b = problem.training.seq_len, t["mb"].astype(np.float64)
     tp, cp = t["tp"].astype(np.float64), t["cp"].astype(np.float64)
@@ -85,17 +86,21 @@ def layer_activation_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bo
     shard = arch.act_attn_qo + (arch.act_moe_shard if moe else arch.act_mlp_shard) \
         + code.rope_extra * q_w + (code.glu_extra_f * glu_f if gated else 0.0)
     kv = arch.act_attn_kv + code.rope_extra * k_w
-    stored = tokens * (rep / rep_div + shard / tp + kv / kv_div)
+    whole = arch.act_moe_gathered if moe else 0.0  # expert FC1 input, gathered over expert-TP
+    stored = tokens * (rep / rep_div + shard / tp + kv / kv_div + whole)
     rec = recipe(problem.training.precision)
     if low_precision and rec.low and problem.stack.low_precision_activations:
         h = arch.hidden
         lin_rep = 4.0 * h
+        lin_whole = 0.0
         if moe:
-            lin_shard = 2.0 * arch.p_attn_out / h + arch.top_k * (2.0 * h + 2.0 * arch.expert_ffn) \
+            lin_shard = 2.0 * arch.p_attn_out / h + arch.top_k * 2.0 * arch.expert_ffn \
                 + arch.n_shared * 2.0 * arch.expert_ffn
+            lin_whole = arch.top_k * 2.0 * h  # the gathered expert FC1 inputs
         else:
             lin_shard = 2.0 * arch.p_attn_out / h + 2.0 * arch.p_mlp / (h * (arch.mlp_up + 1))
-        saved = (1.0 - rec.element_bytes / 2.0) * tokens * (lin_rep / rep_div + lin_shard / tp)
+        saved = (1.0 - rec.element_bytes / 2.0) * tokens * (
+            lin_rep / rep_div + lin_shard / tp + lin_whole)
         stored = stored - saved
     if problem.training.attention == "eager":
         score_coef = 5.0 if arch.dropout else 2.0  # softmax out 2 + mask 1 + dropout out 2 (ref §3.1)
@@ -271,7 +276,7 @@ def memory_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.
     `cost.device_memory`); with an explicit `usable_fraction`, the allocated peak
     against capacity x usable_fraction (the seed's rule)."""
     sts = stages(arch, t, problem.training.global_batch)
-    outside = outside_allocator_bytes(t, tied_embeddings=arch.p_output == 0)
+    outside = outside_allocator_bytes(t, tied_embeddings=arch.tied)
     per_stage = [stage_memory(problem, arch, t, sts[name]) for name in STAGES]
     out: dict[str, np.ndarray] = {}
     for name, items in zip(STAGES, per_stage):

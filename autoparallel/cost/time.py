@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..layouts import LayoutTable
-from ..placement import layout_groups
+from ..placement import group, layout_groups
 from ..specs.precision import recipe
 from ..specs.problem import Problem
 from ..units import MS
@@ -44,9 +44,10 @@ def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
     h = arch.hidden
     T = b * s / cp  # tokens through each GEMM (SP all-gathers the TP shards first)
     kv_div = np.minimum(tp, arch.n_kv_heads)
+    share = arch.gemm_share  # 1, or the layers' part of a given n_params (`Arch.gemm_share`)
     in_proj = (arch.p_attn_q - arch.p_attn_out) / tp + arch.p_attn_kv / kv_div + arch.p_attn_rep
-    gemm = linear_time(problem, T, in_proj / h, h)  # QKV (or MLA) projections
-    gemm = gemm + linear_time(problem, T, h, arch.p_attn_out / h / tp)  # output projection
+    gemm = linear_time(problem, T, share * in_proj / h, h)  # QKV (or MLA) projections
+    gemm = gemm + linear_time(problem, T, h, share * arch.p_attn_out / h / tp)  # output projection
     if moe:
         E, k = arch.n_experts, arch.top_k
         per_expert = T * k * ep / E  # balanced routing: tokens each local expert receives
@@ -59,7 +60,7 @@ def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
             gemm = gemm + linear_time(problem, T, arch.mlp_up * f_s / tp, h)
             gemm = gemm + linear_time(problem, T, h, f_s / tp)
     else:
-        f = arch.p_mlp / (h * (arch.mlp_up + 1))  # = ffn, or its n_params-scaled equivalent
+        f = share * arch.p_mlp / (h * (arch.mlp_up + 1))  # = ffn, or its n_params equivalent
         gemm = gemm + linear_time(problem, T, arch.mlp_up * f / tp, h)
         gemm = gemm + linear_time(problem, T, h, f / tp)
     # causal core attention: b * s^2 * n_h (d_qk + d_v) forward FLOPs (reference §2.1), split by
@@ -75,15 +76,31 @@ def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
     return gemm, attn, elem
 
 
-def _tp_comm_layer(problem: Problem, t: LayoutTable, grp, arch: Arch) -> np.ndarray:
+def _tp_comm_layer(problem: Problem, t: LayoutTable, grp, arch: Arch,
+                   moe: bool = False) -> np.ndarray:
     """Forward TP communication of one layer: 2 all-reduces (no SP) or 2 all-gathers plus 2
-    reduce-scatters (SP) of the s*b*h bf16 activation (reference §5.5; seed table)."""
+    reduce-scatters (SP) of the s*b*h bf16 activation (reference §5.5; seed table), one pair for
+    the attention block and one for the MLP.
+
+    A MoE layer's MLP moves the k routed copies instead (expert-TP = TP, Megatron's default):
+    the all-to-all dispatcher all-gathers the tokens it received across the expert-TP group and
+    reduce-scatters the expert outputs before the combine (Megatron-Core token_dispatcher.py,
+    MoEAlltoAllTokenDispatcher `dispatch_postprocess` / `combine_preprocess`), k s b h bf16
+    bytes each (without SP: one all-reduce of them); shared experts add a dense MLP's pair
+    (Megatron-Core SharedExpertMLP gathers the SP input and reduce-scatters its output)."""
     T = t["mb"] * problem.training.seq_len / t["cp"]
     S = 2.0 * T * arch.hidden
-    ar = collective_time(problem, Collective.ALL_REDUCE, S, grp)
-    ag_rs = collective_time(problem, Collective.ALL_GATHER, S, grp) + collective_time(
-        problem, Collective.REDUCE_SCATTER, S, grp)
-    return 2.0 * np.where(t["sp"] == 1, ag_rs, ar)
+
+    def pair(nbytes):
+        ar = collective_time(problem, Collective.ALL_REDUCE, nbytes, grp)
+        ag_rs = collective_time(problem, Collective.ALL_GATHER, nbytes, grp) + collective_time(
+            problem, Collective.REDUCE_SCATTER, nbytes, grp)
+        return np.where(t["sp"] == 1, ag_rs, ar)
+
+    if not moe:
+        return 2.0 * pair(S)
+    shared = pair(S) if arch.shared_ffn else 0.0
+    return pair(S) + pair(arch.top_k * S) + shared
 
 
 def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[str, dict]:
@@ -96,17 +113,20 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
     dense = _layer_forward(problem, arch, t, moe=False)
     moe = _layer_forward(problem, arch, t, moe=True) if arch.n_moe_layers else dense
 
-    tp_fwd = _tp_comm_layer(problem, t, groups["tp"], arch)
+    tp_fwd = {"dense": _tp_comm_layer(problem, t, groups["tp"], arch)}
+    tp_fwd["moe"] = _tp_comm_layer(problem, t, groups["tp"], arch, moe=True) \
+        if arch.n_moe_layers else tp_fwd["dense"]
     overlapped = problem.training.tp_comm_overlap
 
-    def tp_layer(gemm_f, full):
+    def tp_layer(kind, gemm_f, full):
         """TP seconds per layer and micro-batch: forward, backward, recomputed forward (`full`:
         share of layers fully recomputed). Exposed in full, or, with TP overlap, hidden behind
         the layer's GEMMs (forward 1x, backward 2x)."""
+        comm = tp_fwd[kind]
         if not overlapped:
-            return tp_fwd * (2.0 + full)
-        f = _hidden_cost(prof, tp_fwd, gemm_f)
-        return f * (1.0 + full) + _hidden_cost(prof, tp_fwd, 2.0 * gemm_f)
+            return comm * (2.0 + full)
+        f = _hidden_cost(prof, comm, gemm_f)
+        return f * (1.0 + full) + _hidden_cost(prof, comm, 2.0 * gemm_f)
 
     def cp_layer(attn_f, full):
         step = collective_time(problem, Collective.P2P, T * arch.act_attn_kv / kv_div, groups["cp"])
@@ -159,7 +179,7 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
                 off=activation_offload_time(problem, moved[kind], fwd, bwd, n_off[kind])
                 if offload else 0.0,
                 cp=n * cp_layer(attn, st.recomputed),
-                tp=n * tp_layer(gemm, st.recomputed),
+                tp=n * tp_layer(kind, gemm, st.recomputed),
                 # weight-gradient GEMMs: half the GEMM backward (one of its two GEMMs, = forward)
                 wgrad=n * gemm,
             )
@@ -251,6 +271,21 @@ def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bw
     return total
 
 
+def tied_embedding_allreduce(problem: Problem, arch: Arch, t: LayoutTable) -> np.ndarray:
+    """Exposed seconds per step of keeping tied embeddings in sync when pp > 1: after the
+    data-parallel gradient sync, the first stage (input embedding) and the last (output layer)
+    all-reduce the shared weight's gradient, their V/t x h vocabulary shard in the gradient
+    buffer's dtype, over the 2-rank embedding group, before the optimizer step (Megatron-Core
+    `finalize_model_grads` -> `_allreduce_word_embedding_grads`: `torch.distributed.all_reduce(
+    main_grad, group=embd_group)`, not overlapped; DeepSpeed's `_exec_reduce_tied_grads` alike).
+    The two ranks are (pp - 1) x tp x cp x dp apart (placement order tp-cp-dp-pp)."""
+    tp, cp, dp, pp = (t[k].astype(np.float64) for k in ("tp", "cp", "dp", "pp"))
+    nbytes = float(problem.training.grad_bytes) * arch.p_embed / tp
+    pair = group(np.where(pp > 1, 2.0, 1.0), tp * cp * dp * np.maximum(pp - 1.0, 1.0),
+                 problem.cluster.nvlink_domain)
+    return np.where(pp > 1, collective_time(problem, Collective.ALL_REDUCE, nbytes, pair), 0.0)
+
+
 def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.ndarray]:
     """Time items (seconds per step) of the pacing stage, plus `step`, `stage` and `m`."""
     groups = layout_groups(t, problem.cluster.nvlink_domain)
@@ -291,6 +326,8 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
     p2p = collective_time(problem, Collective.P2P, S_pp, groups["pp"])
     # fill and drain cross every chunk boundary once each way; steady-state sends overlap
     out["pp_comm"] = np.where(pp > 1, 2.0 * (pp * vp - 1.0) * p2p, 0.0)
+    if arch.tied:
+        out["pp_comm"] = out["pp_comm"] + tied_embedding_allreduce(problem, arch, t)
     if np.any(t["sch"] >= 2):
         slowest = np.argmax(tau_all, axis=0)
         fwd = np.choose(slowest, [v["fwd"] for v in per_stage.values()])
