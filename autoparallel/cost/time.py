@@ -261,13 +261,17 @@ def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bw
         rs = collective_time(problem, Collective.REDUCE_SCATTER, gb * psi, grp)
         ag = collective_time(problem, Collective.ALL_GATHER, pb * psi, grp)
         bucket = np.minimum(psi, np.maximum(DDP_BUCKET_PARAMS, 1e6 * grp.size))
+        # the last bucket cannot hide: all-reduced without a distributed optimizer (Megatron
+        # DDP `start_grad_sync`: all_reduce per bucket), reduce-scattered with one
+        tail_ar = collective_time(problem, Collective.ALL_REDUCE, gb * bucket, grp)
         tail = collective_time(problem, Collective.REDUCE_SCATTER, gb * bucket, grp)
         hide = lambda comm, window: _hidden_cost(prof, comm, ov * window)  # noqa: E731
-        z0 = hide(ar, bwd) + np.where(ar > 0, tail, 0.0)
+        z0 = hide(ar, bwd) + np.where(ar > 0, tail_ar, 0.0)
         z1 = hide(rs, bwd) + hide(ag, fwd) + np.where(rs > 0, tail, 0.0)
         z2 = m * hide(rs, bwd) + hide(ag, fwd) + np.where(rs > 0, tail, 0.0)
         z3 = m * (hide(ag, fwd) + hide(ag + rs, bwd))
-        total = total + np.choose(zero, [z0, z1, z2, z3])
+        # a group with nothing to reduce (a dense model's experts) launches no collective
+        total = total + np.where(psi > 0, np.choose(zero, [z0, z1, z2, z3]), 0.0)
     return total
 
 
