@@ -432,3 +432,71 @@ def test_n_params_must_exceed_the_output_layer():
     with pytest.raises(pydantic.ValidationError, match="must exceed the output layer"):
         spec(DENSE).model_copy(update={"n_params": 1e6}).model_validate(
             spec(DENSE).model_dump() | {"n_params": 1e6})
+
+
+# ------------------------------------------------------------------------------ KV heads < t
+
+NARROW = Dims(L=8, h=2048, a=16, g=2, d=128, f=5632, V=32000)  # 2 KV heads
+
+
+def test_kv_heads_replicate_beyond_g_in_weights_hops_and_buffers():
+    # tp 4 > g 2: each rank keeps a whole KV head (reference §3.4 GQA caveat): K, V weights
+    # 2 h k_v / 2, the CP hop and receive buffers T x 4 k_v / 2, not / 4
+    x = Lay(tp=4, cp=2, sp=True, zero=0)
+    rec, H = run(NARROW, x, gb=8)
+    h, q, kv, f, V = 2048, 2048, 256, 5632, 32000
+    layer = 2 * h * q / 4 + 2 * h * kv / 2 + 3 * h * f / 4 + 2 * h
+    assert H.layer_params(x)[0] == pytest.approx(layer, rel=1e-12)
+    assert rec["memory_gib"]["params"] * GiB == pytest.approx(
+        2 * (8 * layer + 2 * V * h / 4 + h), rel=REL)
+    assert rec["time_s"]["cp_comm"] == pytest.approx(
+        H.micro_batches(x) * 8 * H.cp_layer(x), rel=REL)
+    T = 4096 / 2
+    assert H.p2p(T * 4 * kv / 2) == pytest.approx((14 + 1.9) * 1e-6 + T * 4 * kv / 2 / (0.82 * 450e9))
+    assert rec["memory_gib"]["activations"] * GiB == pytest.approx(H.activations(x, "first"), rel=REL)
+    assert rec["time_s"]["compute"] == pytest.approx(
+        H.micro_batches(x) * sum(H.stage_fwd_bwd(x, "first")), rel=REL)
+
+
+def test_tied_last_stage_holds_a_copy_of_the_embedding():
+    # tied weights with pp > 1: the last stage keeps its own copy of the V h / t output weights
+    # (Megatron's `setup_embeddings_and_output_layer`), whose gradient the all-reduce syncs
+    x = Lay(dp=2, tp=2, pp=2, sp=True, zero=0)
+    rec, H = run(TIED, x, grad_dtype="bf16")
+    last = {e["stage"]: e for e in rec["memory_gib"]["by_stage"]}["last"]
+    h, q, kv, f, V = 2048, 2048, 512, 5632, 32000
+    layer = (2 * h * q + 2 * h * kv + 3 * h * f) / 2 + 2 * h
+    assert last["params"] * GiB == pytest.approx(2 * (4 * layer + V * h / 2 + h), rel=REL)
+    one, _ = run(TIED, Lay(dp=4, tp=2, sp=True, zero=0), grad_dtype="bf16")
+    assert one["memory_gib"]["params"] * GiB == pytest.approx(2 * (8 * layer + V * h / 2 + h), rel=REL)
+
+
+# ------------------------------------------------------------------------------ across nodes
+
+def test_pp_sends_between_nodes_ride_the_nic():
+    # 2 nodes, tp 8 x pp 2: the stage neighbours sit on different nodes, so every boundary send
+    # crosses the network: no faster than the NIC's line rate (DGX H100: 400 Gb/s per GPU), and
+    # not slower than half of it plus 50 us of latency
+    p = make_problem(spec(DENSE), "h100", 16, seq_len=4096, global_batch=16)
+    rec = estimate(p, Layout(tp=8, pp=2, vp=2, sp=True))
+    S = 2 * 4096 * 2048 / 8
+    line = 400e9 / 8
+    per_send = rec["time_s"]["pp_comm"] / (2 * (2 * 2 - 1))
+    assert S / line < per_send < S / (0.5 * line) + 50e-6
+    inside = estimate(make_problem(spec(DENSE), "h100", 8, seq_len=4096, global_batch=16),
+                      Layout(tp=4, pp=2, vp=2, sp=True))["time_s"]["pp_comm"]
+    # the same boundary (tp 4: twice the bytes) inside a node rides NVLink, 450 GB/s per GPU
+    assert 2 * S / 450e9 < inside / 6 < 2 * S / (0.5 * 450e9) + 50e-6
+    assert inside / 6 < per_send
+
+
+def test_ep_across_nodes_is_bounded_by_the_nic():
+    # ep 16 over 2 nodes of 8: half of what each GPU sends leaves the node; one NIC per GPU
+    # carries it (nccl-tests #267), so one all-to-all takes at least (8/16) S / line rate
+    moe = Dims(L=4, h=1024, a=8, g=8, d=128, f=2816, V=32000, E=16, k=2, fe=1408, n_dense=0)
+    p = make_problem(spec(moe), "h100", 16, seq_len=4096, global_batch=16)
+    rec = estimate(p, Layout(dp=16, ep=16))
+    S = 2 * 2 * 4096 * 1024
+    per_a2a = rec["time_s"]["ep_comm"] / (1 * 4 * 4)  # 1 micro-batch, 4 MoE layers, 4 each
+    line = 400e9 / 8
+    assert 0.5 * S / line < per_a2a < 0.5 * S / (0.5 * line) + 100e-6

@@ -1,0 +1,387 @@
+"""Planted bugs: does a small deliberate bug in any single term of the cost model or the capacity
+arithmetic make a test fail?
+
+Each mutant below replaces one exact piece of source (found exactly once in its file) by a
+plausible mistake: a hop count off by one, a bus factor dropped, a byte count halved, an
+in-flight count wrong, ZeRO sharding that forgets CP, an energy constant changed, ... The
+repository (package and tests) is copied once when the run starts; for every mutant that copy is
+copied again to a temporary folder, the one change is applied there, and the relevant fast test
+subset runs there against it (PYTHONPATH puts it ahead of the installed package and
+PYTHONSAFEPATH keeps `python -m` from adding another; subprocess CLI runs inherit both). A mutant is *killed* when a test fails, *survives*
+when every test passes. The goal is 0 survivors. (Changes that cannot alter any result are not
+listed: inside one node NCCL's ring and tree latencies coincide, so a ring-step count is only
+observable across nodes, where the collective model is being rebuilt.)
+
+    python benchmarks/mutants.py            # every mutant, prints each outcome and the survivors
+    python benchmarks/mutants.py -j 2       # two at a time
+    python benchmarks/mutants.py --only cp-hops,pp-p2p-count
+    python benchmarks/mutants.py --list
+
+Exit status 1 when a mutant survives or no longer applies (its source text changed: update the
+table). `tests/test_mutants.py` checks that every mutant still applies, without running them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "autoparallel"
+
+COST = ("tests/test_ledger_terms.py", "tests/test_seed.py", "tests/test_time.py",
+        "tests/test_memory.py", "tests/test_offload.py", "tests/test_pipeline.py")
+"""The cost model's fast tests (about 25 s together on an idle core)."""
+CAPACITY = ("tests/test_capacity.py::test_parsers",
+            "tests/test_capacity.py::test_default_mtbf_is_the_llama3_rate_and_young_daly_interval",
+            "tests/test_capacity.py::test_one_row_by_hand_on_a_small_job")
+"""The capacity arithmetic's fast tests (one 8-GPU plan)."""
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    file: str
+    """Path inside the package."""
+    old: str
+    new: str
+    why: str
+    tests: tuple[str, ...] = COST
+
+
+M = Mutant
+MUTANTS: tuple[Mutant, ...] = (
+    # ---- arch.py: counts and per-token activation bytes
+    M("mlp-matrices", "cost/arch.py", "mu = 3 if swiglu else 2", "mu = 2 if swiglu else 2",
+      "SwiGLU counted with two matrices"),
+    M("norm-params", "cost/arch.py", "p_norm = 2.0 * h", "p_norm = 1.0 * h", "one norm per layer"),
+    M("act-coef-swiglu", "cost/arch.py", "c_f = 6 if swiglu else 4", "c_f = 4 if swiglu else 4",
+      "SwiGLU activation bytes as GeLU's"),
+    M("act-attn-rep", "cost/arch.py", "act_attn_rep = (4 + delta) * h + latents",
+      "act_attn_rep = (2 + delta) * h + latents", "attention LN or QKV input dropped"),
+    M("act-attn-qo", "cost/arch.py", "act_attn_qo = 2.0 * q_w + 2.0 * o_w",
+      "act_attn_qo = 2.0 * q_w", "output-projection input dropped"),
+    M("act-attn-kv", "cost/arch.py", "act_attn_kv = 2.0 * k_w + 2.0 * v_w",
+      "act_attn_kv = 2.0 * k_w", "V dropped from the stored K, V (and the CP hop)"),
+    M("act-mlp-rep", "cost/arch.py", "act_mlp_rep = (4 + delta) * h",
+      "act_mlp_rep = (2 + delta) * h", "MLP LN or FC1 input dropped"),
+    M("act-moe-router", "cost/arch.py", "act_moe_rep = (4 + delta) * h + 4.0 * E",
+      "act_moe_rep = (4 + delta) * h + 2.0 * E", "router probabilities in bf16"),
+    M("act-moe-gathered", "cost/arch.py", "act_moe_gathered = 2.0 * h * k",
+      "act_moe_gathered = 2.0 * h", "gathered expert input counted once, not per routed copy"),
+    M("act-moe-shard", "cost/arch.py", "act_moe_shard = k * (2.0 * h + c_f * f_e) + c_f * f_sh",
+      "act_moe_shard = k * c_f * f_e + c_f * f_sh", "combine input dropped"),
+    M("n-params-share", "cost/arch.py",
+      "gemm_share = 1.0 - h * model.vocab_size / float(model.n_params)", "gemm_share = 1.0",
+      "n_params model times the vocabulary twice (issue 27 item 3)"),
+    M("flops-6", "cost/arch.py",
+      "gemm = 6.0 * s * (self.gemm_params_per_token() + self.hidden * self.vocab)",
+      "gemm = 6.0 * s * self.gemm_params_per_token()", "model FLOPs without the logits"),
+    M("flops-attn", "cost/arch.py",
+      "attn = 3.0 * s * s * self.n_layers * self.attn_score_width",
+      "attn = 6.0 * s * s * self.n_layers * self.attn_score_width", "non-causal attention FLOPs"),
+    M("flops-attn-default", "cost/arch.py",
+      "attention_flops = (not uniform) if model.attention_flops is None",
+      "attention_flops = True if model.attention_flops is None",
+      "the seed's 6N gets an attention term nobody asked for"),
+    # ---- compute.py: the roofline
+    M("gemm-bytes", "cost/compute.py", "bytes_moved = 2.0 * (M * K + K * N + M * N) * count",
+      "bytes_moved = 2.0 * (M * K + K * N) * count", "GEMM output not written"),
+    M("gemm-fixed", "cost/compute.py",
+      "return np.where(flops > 0, np.maximum(t_math, t_mem) + prof.gemm_overhead_us * US, 0.0)",
+      "return np.where(flops > 0, np.maximum(t_math, t_mem), 0.0)", "no fixed cost per GEMM"),
+    M("gemm-flops", "cost/compute.py",
+      "    flops = 2.0 * M * N * K * count\n    bytes_moved",
+      "    flops = M * N * K * count\n    bytes_moved", "a GEMM as MNK FLOPs"),
+    # ---- time.py: compute, recompute
+    M("attn-bwd", "cost/time.py", "ATTN_BWD = 2.5", "ATTN_BWD = 2.0",
+      "flash backward without the recomputed scores"),
+    M("gemm-bwd", "cost/time.py", "bwd = 2.0 * gemm + ATTN_BWD * attn + 2.0 * elem",
+      "bwd = 1.0 * gemm + ATTN_BWD * attn + 2.0 * elem", "backward GEMMs = forward"),
+    M("elementwise", "cost/time.py",
+      "elem = memory_bound_time(problem, 2.0 * problem.profile.elementwise_factor * stored)",
+      "elem = memory_bound_time(problem, problem.profile.elementwise_factor * stored)",
+      "elementwise kernels write but never re-read"),
+    M("attn-cp-split", "cost/time.py", "arch.attn_score_width * window / (tp * cp))",
+      "arch.attn_score_width * window / tp)", "CP does not split the attention"),
+    M("tokens-cp", "cost/time.py",
+      "T = b * s / cp  # tokens through each GEMM", "T = b * s  # tokens through each GEMM",
+      "CP does not split the GEMMs' tokens"),
+    M("ce-bytes", "cost/time.py", "ce_bytes = 2.0 * (2.0 + 4.0) * T * V / tp",
+      "ce_bytes = (2.0 + 4.0) * T * V / tp", "cross-entropy logits written, not re-read"),
+    M("logits-bwd", "cost/time.py", "st.output * 2.0 * logits_f,",
+      "st.output * logits_f,", "logits backward = forward"),
+    M("recompute-full", "cost/time.py", "rec=n * np.where(rc == 2, st.recomputed * fwd, sel[kind])",
+      "rec=n * np.where(rc == 2, st.recomputed * (fwd + bwd), sel[kind])",
+      "full recompute re-runs the backward too"),
+    M("recompute-selective", "cost/time.py",
+      'sel = {"dense": np.where(rc == 1, dense[1], 0.0)',
+      'sel = {"dense": np.where(rc == 1, dense[0], 0.0)',
+      "selective recompute re-runs the GEMMs, not core attention"),
+    # ---- time.py: communication items
+    M("tp-pairs", "cost/time.py", "        return 2.0 * pair(S)", "        return pair(S)",
+      "one TP pair per layer instead of two"),
+    M("tp-moe-k", "cost/time.py", "return pair(S) + pair(arch.top_k * S) + shared",
+      "return pair(S) + pair(S) + shared", "MoE TP traffic T h, not k T h (issue 27 item 6)"),
+    M("tp-recompute", "cost/time.py", "return comm * (2.0 + full)", "return comm * 2.0",
+      "recomputed forward's TP collectives not counted"),
+    M("tp-overlap-bwd", "cost/time.py",
+      "return f * (1.0 + full) + _hidden_cost(prof, comm, 2.0 * gemm_f)",
+      "return f * (1.0 + full) + _hidden_cost(prof, comm, gemm_f)",
+      "TP backward hides behind the forward GEMM time"),
+    M("cp-hops", "cost/time.py", "f = (cp - 1) * _hidden_cost(prof, step, attn_f / cp)",
+      "f = cp * _hidden_cost(prof, step, attn_f / cp)", "ring of c hops instead of c - 1"),
+    M("cp-bwd-bytes", "cost/time.py",
+      "b = (cp - 1) * _hidden_cost(prof, 2.0 * step, ATTN_BWD * attn_f / cp)",
+      "b = (cp - 1) * _hidden_cost(prof, step, ATTN_BWD * attn_f / cp)",
+      "ring backward without dKV"),
+    M("cp-kv-heads", "cost/time.py",
+      "step = collective_time(problem, Collective.P2P, T * arch.act_attn_kv / kv_div, groups",
+      "step = collective_time(problem, Collective.P2P, T * arch.act_attn_kv / tp, groups",
+      "KV hop sharded beyond the KV heads"),
+    M("ep-count", "cost/time.py", "ep=st.n_moe * (a2a * (4.0 + 2.0 *",
+      "ep=st.n_moe * (a2a * (2.0 + 2.0 *", "two all-to-alls per MoE layer instead of four"),
+    M("ep-bytes", "cost/time.py",
+      "problem, Collective.ALL_TO_ALL, 2.0 * arch.top_k * T / tp * arch.hidden, groups",
+      "problem, Collective.ALL_TO_ALL, 2.0 * T / tp * arch.hidden, groups",
+      "all-to-all of T tokens, not k T routed copies"),
+    M("pp-p2p-count", "cost/time.py", "2.0 * (pp * vp - 1.0) * p2p", "2.0 * (pp - 1.0) * p2p",
+      "pipeline sends ignore the virtual stages"),
+    M("pp-sp", "cost/time.py",
+      "S_pp = 2.0 * t[\"mb\"] * problem.training.seq_len / t[\"cp\"] * arch.hidden / np.where(sp, tp, 1.0)",
+      "S_pp = 2.0 * t[\"mb\"] * problem.training.seq_len / t[\"cp\"] * arch.hidden",
+      "stage boundary not SP-sharded"),
+    M("tied-grad-bytes", "cost/time.py",
+      "nbytes = float(problem.training.grad_bytes) * arch.p_embed / tp",
+      "nbytes = 2.0 * arch.p_embed / tp", "tied embedding gradient all-reduced in bf16"),
+    M("tied-off", "cost/time.py",
+      "        out[\"pp_comm\"] = out[\"pp_comm\"] + tied_embedding_allreduce(problem, arch, t)",
+      "        out[\"pp_comm\"] = out[\"pp_comm\"]",
+      "tied embedding all-reduce not timed (issue 27 item 5)"),
+    M("bubble-vp", "cost/time.py", "out[\"bubble\"] = (pp - 1.0) / vp * tau_max",
+      "out[\"bubble\"] = (pp - 1.0) * tau_max", "interleaving does not shrink the bubble"),
+    M("bubble-zb-classic", "cost/time.py", "classic = (pp - 1.0) / vp * tau",
+      "classic = pp / vp * tau", "bubble of p, not p - 1, micro-batch times (other schedules)"),
+    M("dp-zero2-per-mb", "cost/time.py", "z2 = m * hide(rs, bwd)", "z2 = hide(rs, bwd)",
+      "ZeRO-2 reduce-scatters once per step"),
+    M("dp-zero3-bwd-gather", "cost/time.py", "z3 = m * (hide(ag, fwd) + hide(ag + rs, bwd))",
+      "z3 = m * (hide(ag, fwd) + hide(rs, bwd))", "ZeRO-3 backward without its all-gather"),
+    M("dp-zero0-tail", "cost/time.py", "z0 = hide(ar, bwd) + np.where(ar > 0, tail_ar, 0.0)",
+      "z0 = hide(ar, bwd)", "last bucket hidden too"),
+    M("dp-bucket", "cost/time.py", "DDP_BUCKET_PARAMS = 4e7", "DDP_BUCKET_PARAMS = 4e8",
+      "Megatron's bucket ten times larger"),
+    M("dp-overlap-window", "cost/time.py",
+      "hide = lambda comm, window: _hidden_cost(prof, comm, ov * window)",
+      "hide = lambda comm, window: _hidden_cost(prof, comm, 0.0 * window)",
+      "data-parallel communication never overlaps"),
+    M("sm-share", "cost/time.py",
+      "return exposed + prof.overlap_sm_fraction * (comm - exposed)", "return exposed",
+      "hidden communication is free"),
+    M("opt-grad-bytes", "cost/time.py",
+      "opt = memory_bound_time(problem, shard * (ADAM_BYTES + gb))",
+      "opt = memory_bound_time(problem, shard * ADAM_BYTES)", "Adam does not read the gradient"),
+    M("opt-adam-bytes", "cost/time.py", "ADAM_BYTES = 26.0", "ADAM_BYTES = 24.0",
+      "Adam does not write the bf16 weight"),
+    M("opt-zero-cp", "cost/time.py", "d = (t[\"dp\"] * t[\"cp\"]).astype(np.float64)",
+      "d = t[\"dp\"].astype(np.float64)", "optimizer shard ignores CP"),
+    M("opt-step-overhead", "cost/time.py",
+      "optimizer=opt + problem.profile.step_overhead_ms * MS", "optimizer=opt",
+      "fixed step overhead dropped"),
+    # ---- placement.py: which ranks a group holds
+    M("group-dpcp", "placement.py", '"dpcp": group(dp * cp, tp, domain)',
+      '"dpcp": group(dp, tp, domain)', "gradients reduced over DP only with CP > 1"),
+    M("group-edp", "placement.py", '"edp": group(dp * cp / ep, tp * ep, domain)',
+      '"edp": group(dp * cp, tp * ep, domain)', "experts reduced over the dense DP group"),
+    # ---- comm.py: the ring inside one node
+    M("ring-phases", "cost/comm.py", "phases = 2.0 if op == Collective.ALL_REDUCE else 1.0",
+      "phases = 1.0", "all-reduce with the all-gather's bus factor"),
+    M("ring-bus-factor", "cost/comm.py", "t_flat = phases * (n - 1) / n * S / bw_i",
+      "t_flat = phases * S / bw_i", "ring moves S, not (n-1)/n S"),
+    M("p2p-hop", "cost/comm.py", "lat = base + np.where(single_node, hop_i, hop_n)",
+      "lat = base", "a send without its hop"),
+    M("a2a-share", "cost/comm.py", "t_i = (g - 1) / n * S / intra", "t_i = S / intra",
+      "all-to-all sends its own share too"),
+    # ---- memory.py: model states, activations, logits, overhead
+    M("zero-cp", "cost/memory.py", "    d = dp * cp\n    d_e = d / t[\"ep\"]",
+      "    d = dp\n    d_e = d / t[\"ep\"]", "ZeRO shards over DP only with CP > 1"),
+    M("zero-experts", "cost/memory.py", "    d = dp * cp\n    d_e = d / t[\"ep\"]",
+      "    d = dp * cp\n    d_e = d", "expert states sharded over the dense DP group"),
+    M("zero3-params", "cost/memory.py", "params = sharded(2.0, 3)", "params = sharded(2.0, 2)",
+      "ZeRO-2 shards the parameters"),
+    M("zero2-grads", "cost/memory.py", "grads = sharded(float(tr.grad_bytes), 2)",
+      "grads = sharded(float(tr.grad_bytes), 3)", "ZeRO-2 keeps whole gradients"),
+    M("zero1-opt", "cost/memory.py", "optimizer = sharded(float(tr.optimizer_bytes), 1)",
+      "optimizer = sharded(float(tr.optimizer_bytes), 2)", "ZeRO-1 keeps the whole optimizer"),
+    M("kv-params-heads", "cost/memory.py",
+      "kv_div = np.minimum(tp, arch.n_kv_heads)  # KV heads replicate once tp > n_kv",
+      "kv_div = tp  # KV heads replicate once tp > n_kv", "K, V weights sharded beyond the heads"),
+    M("tied-copy", "cost/memory.py",
+      "np.where((t[\"pp\"] > 1) & (arch.p_output == 0), arch.p_embed, arch.p_output)",
+      "arch.p_output", "tied model's last stage without its embedding copy"),
+    M("embed-tp", "cost/memory.py", "+ st.embed * arch.p_embed / tp",
+      "+ st.embed * arch.p_embed", "embedding not vocab-parallel"),
+    M("full-recompute-sp", "cost/memory.py", "full = 2.0 * tokens * arch.hidden / rep_div",
+      "full = 2.0 * tokens * arch.hidden", "layer input kept whole under SP"),
+    M("sp-divides", "cost/memory.py", "    rep_div = np.where(sp, tp, 1.0)",
+      "    rep_div = np.where(sp, 1.0, 1.0)", "SP does not shard the LN inputs"),
+    M("moe-gathered-whole", "cost/memory.py",
+      "stored = tokens * (rep / rep_div + shard / tp + kv / kv_div + whole)",
+      "stored = tokens * (rep / rep_div + shard / tp + kv / kv_div + whole / tp)",
+      "expert input divided by t again (issue 27 item 6)"),
+    M("logits-tp", "cost/memory.py", "loss_bytes * arch.vocab / tp)", "loss_bytes * arch.vocab)",
+      "logits not vocab-parallel"),
+    M("token-ids", "cost/memory.py", "embed = st.inflight_mb * (8.0 * tokens",
+      "embed = st.inflight_mb * (4.0 * tokens", "token ids as int32"),
+    M("logits-hidden", "cost/memory.py", "tokens * (4.0 * arch.hidden / rep_div",
+      "tokens * (2.0 * arch.hidden / rep_div", "final-norm output dropped"),
+    M("inflight", "cost/memory.py",
+      "activations = problem.stack.activation_factor * st.inflight * (",
+      "activations = problem.stack.activation_factor * (", "one micro-batch in flight"),
+    M("zero3-gathered", "cost/memory.py",
+      "gathered = np.where(zero == 3, 2.0 * two_units * (1.0 - 1.0 / d), 0.0)",
+      "gathered = np.where(zero == 3, two_units * (1.0 - 1.0 / d), 0.0)", "no ZeRO-3 prefetch"),
+    M("cp-kv-buffers", "cost/memory.py",
+      "kv_buffers = np.where(cp > 1, 2.0 * tokens * arch.act_attn_kv / kv_div, 0.0)",
+      "kv_buffers = np.where(cp > 1, tokens * arch.act_attn_kv / kv_div, 0.0)",
+      "one KV receive buffer in the ring"),
+    M("recompute-working", "cost/memory.py",
+      "working = np.where(recomputing & (np.asarray(st.recomputed) > 0), a_none, 0.0)",
+      "working = np.where(recomputing & (np.asarray(st.recomputed) > 0), 0.0, 0.0)",
+      "no working set for the recomputed layer"),
+    # ---- stages.py: in-flight micro-batches
+    M("inflight-1f1b", "cost/stages.py", "one_f_one_b = np.minimum(pp - rank, m)",
+      "one_f_one_b = np.minimum(pp - rank + 1, m)", "1F1B holds one more"),
+    M("inflight-interleaved", "cost/stages.py",
+      "chunks = np.minimum(2 * (pp - rank - 1) + (vp - 1) * pp + 1, m * vp)",
+      "chunks = np.minimum(2 * (pp - rank - 1) + vp * pp + 1, m * vp)",
+      "interleaved warm-up one round too long"),
+    M("micro-batches", "cost/stages.py", "return global_batch // np.maximum(t[\"dp\"] * t[\"mb\"], 1)",
+      "return global_batch // np.maximum(t[\"dp\"], 1)", "micro-batch size ignored"),
+    # ---- device_memory.py
+    M("fragmentation", "cost/device_memory.py", "FRAGMENTATION = 0.066", "FRAGMENTATION = 0.06",
+      "allocator fragmentation changed"),
+    M("nccl-pair", "cost/device_memory.py", "NCCL_PER_PAIR = 544e6", "NCCL_PER_PAIR = 688e6",
+      "2-GPU communicator priced as a large one"),
+    M("nccl-embedding-group", "cost/device_memory.py",
+      "pairs = pairs + np.where((pp > 1) & tied_embeddings, 1.0, 0.0)",
+      "pairs = pairs + np.where(pp > 1, 1.0, 0.0)", "embedding group also for untied models"),
+    # ---- offload.py
+    M("offload-opt-copies", "cost/offload.py",
+      "copies = moved * (float(problem.training.grad_bytes) + 2.0) / link",
+      "copies = moved * 2.0 / link", "optimizer offload moves no gradients"),
+    M("offload-act-bwd", "cost/offload.py",
+      "return n_off * (np.maximum(0.0, copy - fwd_layer) + np.maximum(0.0, copy - bwd_layer))",
+      "return n_off * np.maximum(0.0, copy - fwd_layer)", "no copy back before the backward"),
+    M("host-link-eff", "cost/offload.py",
+      "return gpu.host_link_gb_per_s * 1e9 * problem.profile.host_link_efficiency",
+      "return gpu.host_link_gb_per_s * 1e9", "host link at its spec"),
+    # ---- capacity_model.py: goodput, cost, energy
+    M("energy-node-overhead", "capacity_model.py", "NODE_OVERHEAD = (10.2e3 - 8 * 700) / (8 * 700)",
+      "NODE_OVERHEAD = (10.2e3 - 8 * 700) / 10.2e3", "host power over the node's, not the GPUs'",
+      CAPACITY),
+    M("energy-pue", "capacity_model.py", "PUE = 1.10", "PUE = 1.20", "PUE changed", CAPACITY),
+    M("energy-power-fraction", "capacity_model.py", "POWER_FRACTION = 1.0", "POWER_FRACTION = 0.9",
+      "power fraction changed", CAPACITY),
+    M("energy-formula", "capacity_model.py",
+      "* a.power_fraction * (1.0 + a.node_overhead) * a.pue",
+      "* a.power_fraction * a.node_overhead * a.pue", "energy of the host alone", CAPACITY),
+    M("mtbf", "capacity_model.py", "LLAMA3_INTERRUPTIONS = 419", "LLAMA3_INTERRUPTIONS = 466",
+      "interruption count changed", CAPACITY),
+    M("young-interval", "capacity_model.py", "tau = math.sqrt(2.0 * C * M)",
+      "tau = math.sqrt(C * M)", "Young's interval without the 2", CAPACITY),
+    M("daly-loss", "capacity_model.py", "denom = 1.0 - (tau / 2.0 + R) / M",
+      "denom = 1.0 - (tau + R) / M", "a whole interval lost per failure", CAPACITY),
+    M("gpu-hours", "capacity_model.py", "gpu_h = days * 24.0 * n", "gpu_h = days * 24.0",
+      "GPU-hours of one GPU", CAPACITY),
+    M("days-goodput", "capacity_model.py", "days = tokens / tps / 86400.0 * factor",
+      "days = tokens / tps / 86400.0", "days without the goodput loss", CAPACITY),
+)
+
+
+def apply(src: str, m: Mutant) -> str:
+    """`src` with the mutant's one change; ValueError unless `old` occurs exactly once."""
+    n = src.count(m.old)
+    if n != 1:
+        raise ValueError(f"{m.name}: {m.file} holds the text {n} times, not once")
+    return src.replace(m.old, m.new)
+
+
+SKIP = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info", ".pytest_cache")
+
+
+def run_one(m: Mutant, python: str, snapshot: Path) -> tuple[str, float, str]:
+    """('killed' | 'survived' | 'stale' | 'broken', seconds, last output line) for one mutant,
+    run on a copy of `snapshot` (the repository as it was when the run started)."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix=f"mutant-{m.name}-") as tmp:
+        shutil.copytree(snapshot, tmp, dirs_exist_ok=True)
+        path = Path(tmp) / "autoparallel" / m.file
+        try:
+            path.write_text(apply(path.read_text(), m))
+        except ValueError as exc:
+            return "stale", time.perf_counter() - t0, str(exc)
+        # PYTHONSAFEPATH: `python -m` (pytest, the CLI runs of the tests) must not put the
+        # repository, and its unmutated package, ahead of the copy on sys.path
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [tmp] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
+            PYTHONDONTWRITEBYTECODE="1", PYTHONSAFEPATH="1")
+        probe = subprocess.run([python, "-c", "import autoparallel; print(autoparallel.__file__)"],
+                               env=env, capture_output=True, text=True, cwd=tmp)
+        if not probe.stdout.strip().startswith(tmp):
+            return "broken", time.perf_counter() - t0, (
+                f"the copy is not imported first: {probe.stdout or probe.stderr}")
+        r = subprocess.run([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+                            *m.tests], env=env, capture_output=True, text=True, cwd=tmp)
+        last = (r.stdout.strip().splitlines() or [""])[-1]
+        return ("killed" if r.returncode != 0 else "survived"), time.perf_counter() - t0, last
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-j", "--jobs", type=int, default=1, help="mutants run at a time")
+    ap.add_argument("--only", help="comma-separated mutant names")
+    ap.add_argument("--list", action="store_true", help="list the mutants and exit")
+    args = ap.parse_args(argv)
+    chosen = list(MUTANTS)
+    if args.only:
+        names = set(args.only.split(","))
+        unknown = names - {m.name for m in MUTANTS}
+        if unknown:
+            ap.error(f"unknown mutant(s): {', '.join(sorted(unknown))}")
+        chosen = [m for m in MUTANTS if m.name in names]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name:24} {m.file:24} {m.why}")
+        return 0
+    print(f"{len(chosen)} mutants, {args.jobs} at a time")
+    outcomes: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="mutants-snapshot-") as snap, \
+            ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        # the package and its tests as they are now: editing the tree during a run changes nothing
+        shutil.copytree(ROOT, snap, ignore=SKIP, dirs_exist_ok=True)
+        futures = {m.name: pool.submit(run_one, m, sys.executable, Path(snap)) for m in chosen}
+        for m in chosen:
+            state, secs, last = futures[m.name].result()
+            outcomes[m.name] = state
+            print(f"{state:9} {m.name:24} {secs:6.1f} s  {m.why}" +
+                  ("" if state == "killed" else f"  [{last}]"), flush=True)
+    survivors = [n for n, s in outcomes.items() if s == "survived"]
+    stale = [n for n, s in outcomes.items() if s in ("stale", "broken")]
+    killed = len(outcomes) - len(survivors) - len(stale)
+    print(f"\n{killed} of {len(outcomes)} killed; {len(survivors)} survived"
+          + (f": {', '.join(survivors)}" if survivors else "")
+          + (f"; {len(stale)} no longer apply or broke the run: {', '.join(stale)}"
+             if stale else ""))
+    return 1 if survivors or stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
