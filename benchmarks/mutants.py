@@ -7,10 +7,11 @@ in-flight count wrong, ZeRO sharding that forgets CP, an energy constant changed
 repository (package and tests) is copied once when the run starts; for every mutant that copy is
 copied again to a temporary folder, the one change is applied there, and the relevant fast test
 subset runs there against it (PYTHONPATH puts it ahead of the installed package and
-PYTHONSAFEPATH keeps `python -m` from adding another; subprocess CLI runs inherit both). A mutant is *killed* when a test fails, *survives*
-when every test passes. The goal is 0 survivors. (Changes that cannot alter any result are not
-listed: inside one node NCCL's ring and tree latencies coincide, so a ring-step count is only
-observable across nodes, where the collective model is being rebuilt.)
+PYTHONSAFEPATH keeps `python -m` from adding another; subprocess CLI runs inherit both). A
+mutant is *killed* when a test fails, *survives* when every test passes. The goal is 0
+survivors. (Changes that cannot alter any result are not listed: inside one node NCCL's ring and
+tree latencies coincide, so a ring-step count is only observable across nodes, where the
+collective model is being rebuilt.)
 
     python benchmarks/mutants.py            # every mutant, prints each outcome and the survivors
     python benchmarks/mutants.py -j 2       # two at a time
@@ -120,7 +121,8 @@ MUTANTS: tuple[Mutant, ...] = (
       "ce_bytes = (2.0 + 4.0) * T * V / tp", "cross-entropy logits written, not re-read"),
     M("logits-bwd", "cost/time.py", "st.output * 2.0 * logits_f,",
       "st.output * logits_f,", "logits backward = forward"),
-    M("recompute-full", "cost/time.py", "rec=n * np.where(rc == 2, st.recomputed * fwd, sel[kind])",
+    M("recompute-full", "cost/time.py",
+      "rec=n * np.where(rc == 2, st.recomputed * fwd, sel[kind])",
       "rec=n * np.where(rc == 2, st.recomputed * (fwd + bwd), sel[kind])",
       "full recompute re-runs the backward too"),
     M("recompute-selective", "cost/time.py",
@@ -157,8 +159,8 @@ MUTANTS: tuple[Mutant, ...] = (
     M("pp-p2p-count", "cost/time.py", "2.0 * (pp * vp - 1.0) * p2p", "2.0 * (pp - 1.0) * p2p",
       "pipeline sends ignore the virtual stages"),
     M("pp-sp", "cost/time.py",
-      "S_pp = 2.0 * t[\"mb\"] * problem.training.seq_len / t[\"cp\"] * arch.hidden / np.where(sp, tp, 1.0)",
-      "S_pp = 2.0 * t[\"mb\"] * problem.training.seq_len / t[\"cp\"] * arch.hidden",
+      "seq_len / t[\"cp\"] * arch.hidden / np.where(sp, tp, 1.0)",
+      "seq_len / t[\"cp\"] * arch.hidden",
       "stage boundary not SP-sharded"),
     M("tied-grad-bytes", "cost/time.py",
       "nbytes = float(problem.training.grad_bytes) * arch.p_embed / tp",
@@ -264,7 +266,8 @@ MUTANTS: tuple[Mutant, ...] = (
       "chunks = np.minimum(2 * (pp - rank - 1) + (vp - 1) * pp + 1, m * vp)",
       "chunks = np.minimum(2 * (pp - rank - 1) + vp * pp + 1, m * vp)",
       "interleaved warm-up one round too long"),
-    M("micro-batches", "cost/stages.py", "return global_batch // np.maximum(t[\"dp\"] * t[\"mb\"], 1)",
+    M("micro-batches", "cost/stages.py",
+      "return global_batch // np.maximum(t[\"dp\"] * t[\"mb\"], 1)",
       "return global_batch // np.maximum(t[\"dp\"], 1)", "micro-batch size ignored"),
     # ---- device_memory.py
     M("fragmentation", "cost/device_memory.py", "FRAGMENTATION = 0.066", "FRAGMENTATION = 0.06",
@@ -285,7 +288,8 @@ MUTANTS: tuple[Mutant, ...] = (
       "return gpu.host_link_gb_per_s * 1e9 * problem.profile.host_link_efficiency",
       "return gpu.host_link_gb_per_s * 1e9", "host link at its spec"),
     # ---- capacity_model.py: goodput, cost, energy
-    M("energy-node-overhead", "capacity_model.py", "NODE_OVERHEAD = (10.2e3 - 8 * 700) / (8 * 700)",
+    M("energy-node-overhead", "capacity_model.py",
+      "NODE_OVERHEAD = (10.2e3 - 8 * 700) / (8 * 700)",
       "NODE_OVERHEAD = (10.2e3 - 8 * 700) / 10.2e3", "host power over the node's, not the GPUs'",
       CAPACITY),
     M("energy-pue", "capacity_model.py", "PUE = 1.10", "PUE = 1.20", "PUE changed", CAPACITY),

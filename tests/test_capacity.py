@@ -12,9 +12,11 @@ from autoparallel.schema import CapacityOut
 from conftest import run_cli
 
 # The defaults' sources, written out here (not read from the module under test):
-LLAMA3_MTBF_GPU_H = 54 * 24 * 16384 / 419  # Llama 3 report §3.3.4: 419 interruptions, 54 days, 16,384 GPUs
+# Llama 3 report §3.3.4: 419 interruptions in 54 days on 16,384 GPUs
+LLAMA3_MTBF_GPU_H = 54 * 24 * 16384 / 419
 CKPT_WRITE_S, CKPT_RESTORE_S = 60.0, 600.0  # capacity_model's stated assumptions
-DGX_H100_NODE_OVERHEAD = (10.2e3 - 8 * 700) / (8 * 700)  # DGX H100 datasheet: 10.2 kW, 8 x 700 W GPUs
+# DGX H100 datasheet: 10.2 kW maximum system power with 8 x 700 W GPUs
+DGX_H100_NODE_OVERHEAD = (10.2e3 - 8 * 700) / (8 * 700)
 GOOGLE_PUE = 1.10  # Google data centres efficiency report 2023, fleet trailing-twelve-month PUE
 
 
@@ -56,7 +58,8 @@ def test_default_mtbf_is_the_llama3_rate_and_young_daly_interval():
     assert factor == pytest.approx((1 + 60 / 1155.9) / (1 - (1155.9 / 2 + 600) / 11135),
                                    rel=1e-3)  # ~1.175
     # other assumptions flow through: a 3x faster restore, a 2x rarer failure
-    f2, t2, _ = goodput(1024, Assumptions(ckpt_restore_s=200.0, mtbf_gpu_hours=2 * LLAMA3_MTBF_GPU_H))
+    f2, t2, _ = goodput(1024, Assumptions(ckpt_restore_s=200.0,
+                                          mtbf_gpu_hours=2 * LLAMA3_MTBF_GPU_H))
     assert (f2, t2) == pytest.approx(young_daly(1024, 2 * LLAMA3_MTBF_GPU_H, r=200.0), rel=1e-12)
     assert goodput(16384, Assumptions(mtbf_gpu_hours=1.0))[0] == math.inf  # cannot progress
 
@@ -180,7 +183,8 @@ def test_one_row_by_hand_on_a_small_job():
         assert x["days" + sfx] == pytest.approx(days, rel=1e-12)
         assert x["gpu_hours" + sfx] == pytest.approx(gpu_h, rel=1e-12)
         assert x["cost" + sfx] == pytest.approx(3.0 * gpu_h, rel=1e-12)
-        assert x["energy_mwh" + sfx] == pytest.approx(gpu_h * 700 * 0.8 * 1.5 * 1.3 / 1e6, rel=1e-12)
+        assert x["energy_mwh" + sfx] == pytest.approx(gpu_h * 700 * 0.8 * 1.5 * 1.3 / 1e6,
+                                                      rel=1e-12)
     assert x["tokens_per_s"] == pytest.approx(64 * 2048 / x["step_s"], rel=1e-12)
     # the pessimistic throughput is the slow end of the step band
     assert x["tokens_per_s_low"] == pytest.approx(64 * 2048 / x["step_high_s"], rel=1e-12)
@@ -190,4 +194,5 @@ def test_one_row_by_hand_on_a_small_job():
         d["gpu_hours"] * 700 * 1.0 * (1 + DGX_H100_NODE_OVERHEAD) * GOOGLE_PUE / 1e6, rel=1e-12)
     assert DGX_H100_NODE_OVERHEAD == pytest.approx(0.8214, abs=1e-4)
     factor_d, _ = young_daly(8)
-    assert d["days"] == pytest.approx(2e9 / (64 * 2048 / d["step_s"]) / 86400 * factor_d, rel=1e-12)
+    assert d["days"] == pytest.approx(
+        2e9 / (64 * 2048 / d["step_s"]) / 86400 * factor_d, rel=1e-12)

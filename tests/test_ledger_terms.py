@@ -141,7 +141,8 @@ def test_moe_layer_tp_traffic_is_the_k_routed_copies():
     S = 2 * T * h
     dense_layer, moe_layer = 2 * one(S), one(S) + one(k * S) + one(S)
     m = H.micro_batches(x)
-    assert rec["time_s"]["tp_comm"] == pytest.approx(m * 2 * (dense_layer + 3 * moe_layer), rel=REL)
+    assert rec["time_s"]["tp_comm"] == pytest.approx(
+        m * 2 * (dense_layer + 3 * moe_layer), rel=REL)
 
 
 # ------------------------------------------------------------------------------ CP
@@ -153,7 +154,8 @@ def test_cp_ring_hops(seq):
         rec, H = run(DENSE, x, seq=seq)
         assert rec["time_s"]["cp_comm"] == pytest.approx(
             H.micro_batches(x) * DENSE.L * H.cp_layer(x), rel=REL)
-    # by hand, cp 4 at 1024 tokens: 3 hops of the K, V chunk (256 tokens x 4 x k_v / min(t, g) bytes)
+    # by hand, cp 4 at 1024 tokens: 3 hops of the K, V chunk (256 tokens x 4 k_v / min(t, g)
+    # bytes)
     x = Lay(dp=1, tp=2, cp=4, sp=True)
     if seq == 1024:
         step = (14 + 1.9) * 1e-6 + 256 * 4 * 512 / 2 / (0.82 * 450e9)
@@ -165,7 +167,8 @@ def test_cp_ring_hops(seq):
 
 # ------------------------------------------------------------------------------ PP
 
-@pytest.mark.parametrize("x", [Lay(dp=2, tp=2, pp=2, sp=True), Lay(dp=2, tp=2, pp=2, vp=2, sp=True),
+@pytest.mark.parametrize("x", [Lay(dp=2, tp=2, pp=2, sp=True),
+                               Lay(dp=2, tp=2, pp=2, vp=2, sp=True),
                                Lay(dp=1, tp=2, pp=4, sp=False)])
 def test_pp_sends_on_the_fill_and_drain(x):
     rec, H = run(DENSE, x)
@@ -194,7 +197,8 @@ def test_tied_embeddings_all_reduce_between_first_and_last_stage():
     assert flat["time_s"]["pp_comm"] == 0.0
 
 
-@pytest.mark.parametrize("x", [Lay(dp=2, tp=2, pp=2, sp=True), Lay(dp=2, tp=2, pp=2, vp=2, sp=True),
+@pytest.mark.parametrize("x", [Lay(dp=2, tp=2, pp=2, sp=True),
+                               Lay(dp=2, tp=2, pp=2, vp=2, sp=True),
                                Lay(dp=1, tp=2, pp=4, vp=2, sp=True)])
 def test_bubble_is_p_minus_1_over_v_of_the_slowest_stage(x):
     # Narayanan et al. 2021: (p - 1)/v micro-batch times of the slowest stage (the last: logits)
@@ -266,13 +270,15 @@ def test_model_states_shard_over_dp_times_cp(zero):
     psi = H.stage_params(x, "first")[0]
     assert rec["memory_gib"]["optimizer"] * GiB == pytest.approx(
         12 * psi / (4 if zero >= 1 else 1), rel=REL)
-    assert rec["memory_gib"]["grads"] * GiB == pytest.approx(4 * psi / (4 if zero >= 2 else 1), rel=REL)
-    assert rec["memory_gib"]["params"] * GiB == pytest.approx(2 * psi / (4 if zero >= 3 else 1), rel=REL)
+    assert rec["memory_gib"]["grads"] * GiB == pytest.approx(
+        4 * psi / (4 if zero >= 2 else 1), rel=REL)
+    assert rec["memory_gib"]["params"] * GiB == pytest.approx(
+        2 * psi / (4 if zero >= 3 else 1), rel=REL)
 
 
 def test_weights_per_gpu_by_hand():
-    # tp 2 of the toy: Q, O 2 h q / 2; K, V 2 h k_v / 2; MLP 3 h f / 2; norms 2h; embedding V h / 2;
-    # output layer V h / 2 and the final norm h (pp 1: all on one GPU)
+    # tp 2 of the toy: Q, O 2 h q / 2; K, V 2 h k_v / 2; MLP 3 h f / 2; norms 2h; embedding
+    # V h / 2; output layer V h / 2 and the final norm h (pp 1: all on one GPU)
     x = Lay(dp=4, tp=2, zero=0, sp=True)
     rec, H = run(DENSE, x, grad_dtype="bf16")
     h, q, kv, f, V = 2048, 2048, 512, 5632, 32000
@@ -299,7 +305,8 @@ def test_expert_states_shard_over_ep_and_expert_data_parallel():
 ])
 def test_activations_per_layer_korthikanti(x):
     rec, H = run(DENSE, x)
-    assert rec["memory_gib"]["activations"] * GiB == pytest.approx(H.activations(x, "first"), rel=REL)
+    assert rec["memory_gib"]["activations"] * GiB == pytest.approx(
+        H.activations(x, "first"), rel=REL)
 
 
 def test_moe_activations_hold_the_gathered_expert_input_whole():
@@ -307,7 +314,8 @@ def test_moe_activations_hold_the_gathered_expert_input_whole():
     # TP rank (Megatron's dispatcher gathers over expert-TP), not 2 h k T / t
     x = Lay(dp=4, tp=2, ep=4, sp=True)
     rec, H = run(MOE, x)
-    assert rec["memory_gib"]["activations"] * GiB == pytest.approx(H.activations(x, "first"), rel=REL)
+    assert rec["memory_gib"]["activations"] * GiB == pytest.approx(
+        H.activations(x, "first"), rel=REL)
     # against tp 1 (same tokens per GPU): every term halves but the gathered input of the 3 MoE
     # layers, so tp 2 keeps half of tp 1 plus half of 3 x 2 h k T
     one, _ = run(MOE, Lay(dp=8, ep=4))
@@ -335,7 +343,8 @@ def test_mixtral_tp8_moe_layer_activation_by_hand():
     assert T * k * 2 * h * (1 - 1 / 8) / 2 ** 20 == 56.0
 
 
-@pytest.mark.parametrize("x", [Lay(dp=2, tp=2, pp=2, sp=True), Lay(dp=2, tp=2, pp=2, vp=2, sp=True),
+@pytest.mark.parametrize("x", [Lay(dp=2, tp=2, pp=2, sp=True),
+                               Lay(dp=2, tp=2, pp=2, vp=2, sp=True),
                                Lay(dp=1, tp=2, pp=4, vp=2, sp=True)])
 def test_every_stage_by_hand(x):
     # per stage: weights (embedding first, output layer last), activations x in-flight
@@ -401,7 +410,8 @@ def test_n_params_model_gets_exactly_6n_flops_per_token():
     m2 = m.model_copy(update={"attention_flops": True})
     rec2 = estimate(make_problem(m2, "h100", 8, seq_len=4096, global_batch=64), Layout(dp=8))
     attn = 3 * 4096 ** 2 * 32 * 32 * 256
-    assert rec2["model_flops_per_step"] == pytest.approx(64 * (6 * 8.03e9 * 4096 + attn), rel=1e-12)
+    assert rec2["model_flops_per_step"] == pytest.approx(
+        64 * (6 * 8.03e9 * 4096 + attn), rel=1e-12)
 
 
 def test_n_params_model_times_6n_of_gemms():
@@ -452,8 +462,10 @@ def test_kv_heads_replicate_beyond_g_in_weights_hops_and_buffers():
     assert rec["time_s"]["cp_comm"] == pytest.approx(
         H.micro_batches(x) * 8 * H.cp_layer(x), rel=REL)
     T = 4096 / 2
-    assert H.p2p(T * 4 * kv / 2) == pytest.approx((14 + 1.9) * 1e-6 + T * 4 * kv / 2 / (0.82 * 450e9))
-    assert rec["memory_gib"]["activations"] * GiB == pytest.approx(H.activations(x, "first"), rel=REL)
+    assert H.p2p(T * 4 * kv / 2) == pytest.approx(
+        (14 + 1.9) * 1e-6 + T * 4 * kv / 2 / (0.82 * 450e9))
+    assert rec["memory_gib"]["activations"] * GiB == pytest.approx(
+        H.activations(x, "first"), rel=REL)
     assert rec["time_s"]["compute"] == pytest.approx(
         H.micro_batches(x) * sum(H.stage_fwd_bwd(x, "first")), rel=REL)
 
@@ -468,7 +480,8 @@ def test_tied_last_stage_holds_a_copy_of_the_embedding():
     layer = (2 * h * q + 2 * h * kv + 3 * h * f) / 2 + 2 * h
     assert last["params"] * GiB == pytest.approx(2 * (4 * layer + V * h / 2 + h), rel=REL)
     one, _ = run(TIED, Lay(dp=4, tp=2, sp=True, zero=0), grad_dtype="bf16")
-    assert one["memory_gib"]["params"] * GiB == pytest.approx(2 * (8 * layer + V * h / 2 + h), rel=REL)
+    assert one["memory_gib"]["params"] * GiB == pytest.approx(
+        2 * (8 * layer + V * h / 2 + h), rel=REL)
 
 
 # ------------------------------------------------------------------------------ across nodes

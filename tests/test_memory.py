@@ -220,7 +220,8 @@ def test_fits_rule_uses_reserved_peak():
     # reserved = allocated x 1.066 + 2 MiB (cost/device_memory.py: fragmentation fitted on
     # Megatron-LM #525 and Megatron-Bridge's Moonlight guide); usable = 80 GiB less the 0.5 GiB
     # CUDA context and NCCL's 688 MB (dp 4) + 544 MB (tp 2) per communicator (NVIDIA/nccl #964)
-    assert float(ev.memory["reserved"][2]) == pytest.approx(allocated * 1.066 + 2 * 2 ** 20, rel=1e-9)
+    assert float(ev.memory["reserved"][2]) == pytest.approx(
+        allocated * 1.066 + 2 * 2 ** 20, rel=1e-9)
     assert float(ev.memory["usable"][2]) == pytest.approx(80 * GiB - 0.5 * GiB - 688e6 - 544e6,
                                                           rel=1e-12)
     old = evaluate(make_problem("llama3-8b", "h100", 8, seq_len=4096, global_batch=64,

@@ -99,7 +99,8 @@ def module_saved_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bool) 
         f_e = arch.expert_ffn
         shared_lin = arch.n_shared * 2.0 * f_e
         shared = arch.act_coef * arch.shared_ffn - (1.0 - lin) * shared_lin
-        routed = arch.top_k * (2.0 * h + arch.act_coef * f_e) - (1.0 - lin) * arch.top_k * 2.0 * f_e
+        routed = arch.top_k * (2.0 * h + arch.act_coef * f_e) \
+            - (1.0 - lin) * arch.top_k * 2.0 * f_e
         gathered = lin * arch.act_moe_gathered  # expert FC1 inputs, whole on each TP rank
         out["moe_act"] = tokens * lin * arch.top_k * 2.0 * f_e / tp
         out["shared_experts"] = tokens * shared / tp
