@@ -134,6 +134,9 @@ class TuneSession:
     recovering: threading.Lock = field(default_factory=threading.Lock)
     """Held by the one worker thread that, its own work done, waits for lost trials
     (`loop.recover_lost`)."""
+    retries_owed: int = 0
+    """Stale trials this invocation failed while asking for work (`loop.measure_one`): their
+    retries are its to measure, its budget spent or not (`loop.run_workers`)."""
 
     def take_ticket(self) -> bool:
         with self._lock:
