@@ -325,21 +325,19 @@ def test_moe_activations_hold_the_gathered_expert_input_whole():
 
 
 def test_mixtral_tp8_moe_layer_activation_by_hand():
-    # Mixtral 8x7B (h 4096, 32 heads, 8 KV heads of 128, f_e 14336, E 8, top-2), tp 8 with SP,
-    # s 4096, b 1, per MoE layer (reference §3.4-3.5; Megatron's expert-TP gather): every term /8
-    # except the gathered expert FC1 input 2 h k T = 64 MiB (of which 56 MiB the old /t missed)
-    from autoparallel import LayoutTable, load_model
-    from autoparallel.cost.arch import build_arch
-    from autoparallel.cost.memory import layer_activation_bytes
+    # Mixtral 8x7B (h 4096, 32 heads, 8 KV heads of 128, f_e 14336, E 8, top-2, 32 MoE layers),
+    # tp 8 with SP, s 4096, b 1, pp 1 (one micro-batch in flight), per MoE layer (reference
+    # §3.4-3.5; Megatron's expert-TP gather): every term / 8 except the gathered expert FC1
+    # input 2 h k T = 64 MiB, of which 56 MiB a / t accounting misses (issue 27 item 6)
+    from autoparallel import load_model
 
-    model = load_model("mixtral-8x7b")
-    p = make_problem(model, "h100", 64, seq_len=4096, global_batch=64)
-    t = LayoutTable.from_layouts([Layout(tp=8, sp=True).resolved(64)], 64)
-    got = float(layer_activation_bytes(p, build_arch(model), t, moe=True)[0])
+    p = make_problem(load_model("mixtral-8x7b"), "h100", 64, seq_len=4096, global_batch=64)
+    rec = estimate(p, Layout(dp=8, tp=8, sp=True, ep=1))
     T, h, q, kv, fe, E, k = 4096, 4096, 4096, 1024, 14336, 8, 2
     attn = (4 * h + 4 * q) / 8 + 4 * kv / 8
     moe = (4 * h + 4 * E) / 8 + k * (6 * fe + 2 * h) / 8 + k * 2 * h
-    assert got == pytest.approx(T * (attn + moe), rel=1e-12)
+    assert p.stack.activation_factor == 1.0
+    assert rec["memory_gib"]["activations"] * GiB == pytest.approx(32 * T * (attn + moe), rel=1e-12)
     assert T * k * 2 * h * (1 - 1 / 8) / 2 ** 20 == 56.0
 
 
