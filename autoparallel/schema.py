@@ -12,7 +12,7 @@ from .specs import GPUSpec, Layout, ModelSpec, Profile
 from .specs.job import JobSpec
 from .specs.stack import StackSpec
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 """Version of the output schemas (`estimate`, `plan`, `capacity`). Version 2: field descriptions
 with units and a typed `problem` object in the plan output. Version 3: the job settings
 (`JobSpec`: stack, precision, dtypes, overlaps, overrides) in the estimate's `job` object and
@@ -24,7 +24,9 @@ parameter counts), memory as the allocator and nvidia-smi see it (`memory_gib.re
 `device`, `headroom`, `by_stage`) and `layout.recompute_layers` (partial full recompute).
 Version 4: `layout.recompute_group` (uniform recompute groups), `layout.recompute_modules`
 (named-module selective recompute), `layout.offload_layers` (activation offload),
-`layout.optimizer_offload` (optimizer-state offload) and `time_s.offload`.
+`layout.optimizer_offload` (optimizer-state offload) and `time_s.offload`. Version 5:
+`layout.split` (even, balanced or custom stage split) and `notes` (what the estimate filled in,
+such as the balanced split of a layout whose pp x vp does not divide the layers).
 `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 
@@ -60,6 +62,10 @@ class LayoutOut(_Out):
     """Micro-batches per optimizer step per data-parallel replica (global batch / (dp x micro_batch))."""
     stage_layers: list[int | float]
     """Transformer layers per pipeline stage, first to last (one value when pp = 1)."""
+    split: Literal["even", "balanced", "custom"]
+    """How the layers are split over the stages: `even` (n_layers / pp each), `balanced` (the
+    uneven split `plan` takes for this pp x vp: the most loaded stage's FLOPs, output layer
+    included, as light as the equal middle stages allow), `custom` (another uneven split)."""
     schedule: str
     """Pipeline schedule: 1f1b, interleaved, zb-h1, zbv, dualpipe or dualpipev."""
     recompute_layers: int | None
@@ -254,6 +260,9 @@ class EstimateOut(_Out):
     """Basis of the error bands in `time_s` and `memory_gib`."""
     model_params: ModelParamsOut
     """Total and active parameter counts of the model."""
+    notes: list[str]
+    """What the estimate chose for the layout that it was not given (e.g. the balanced split
+    where pp x vp does not divide the layers), one line each; the CLI prints them as `note:`."""
 
 
 class RobustnessOut(_Out):
