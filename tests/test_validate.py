@@ -221,7 +221,8 @@ def test_memory_check_counts_on_subset():
     total = summ.loc["all"]
     assert total["rows"] == 6 and total["oom_reports"] == 1 and total["ran"] == 6
     assert row.loc["MR0046", "layout"] == "dp8-tp1-pp1-vp1-cp1-ep1-z2-rnone-mb4"
-    assert row.loc["MR0046", "mem_err"] == pytest.approx(0.209, abs=0.005)  # 74.6 vs 61.7 GiB
+    # 73.5 vs 61.7 GiB: the ledger with an 8 MiB cuBLAS workspace (Ampere), no 1 GiB budget
+    assert row.loc["MR0046", "mem_err"] == pytest.approx(0.191, abs=0.005)
     # the OOM report MR0021 (Llama3-8B, seq 8192, DP8 without recompute: the script sets none)
     # needs 91.5 GiB allocated, more than the 80 GiB A800; MR0032 (Megatron-DeepSpeed with
     # --use-flash-attn-v2) fits at 70.1 GiB device against 63 measured (+11 %)
