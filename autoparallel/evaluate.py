@@ -92,6 +92,7 @@ class Evaluation:
             "micro_batch": int(t["mb"][i]),
             "grad_accum": m,
             "stage_layers": self.stage_layers(i),
+            "split": self.split_kind(i),
             "schedule": SCHEDULE_NAMES[int(t["sch"][i])].value,
             "recompute_layers": (int(t["rn"][i]) if t["rn"][i] >= 0 and t["rc"][i] == 2
                                  else None),
@@ -120,6 +121,7 @@ class Evaluation:
             "profile_basis": self.problem.profile_basis,
             "band": bands.basis(i),
             "model_params": self.arch.param_counts(),
+            "notes": [],
         }
 
     def by_stage(self, i: int) -> list[dict]:
@@ -147,6 +149,15 @@ class Evaluation:
             return [_whole(self.arch.n_layers)]
         f, md, la = (_whole(float(np.asarray(x).reshape(-1)[0])) for x in (first, mid, last))
         return [f] + [md] * (pp - 2) + [la]
+
+    def split_kind(self, i: int) -> str:
+        """How row i's layers are split over the pipeline stages: `even`, `balanced` (the split
+        `plan` takes for its pp x vp, `search.splits.default_split`) or `custom`."""
+        from .search.splits import split_kind
+
+        t = self.table
+        return split_kind(self.arch, self.problem.training.seq_len, int(t["pp"][i]),
+                          int(t["vp"][i]), self.stage_layers(i))
 
     def columns(self) -> dict[str, np.ndarray]:
         """Flat columns: layout, `mem_<item>_gib`, `time_<item>_s`, `fits`, `mfu`, throughput."""
@@ -196,7 +207,10 @@ def evaluate(problem: Problem, table: LayoutTable, rules=None, arch: Arch | None
 
 
 def estimate(problem: Problem, layout: Layout, rules=None) -> dict:
-    """Memory and time of one layout, as the estimate JSON dict.
+    """Memory and time of one layout, as the estimate JSON dict. A layout that names no split
+    where pp x vp does not divide the layers takes the balanced split `plan` would
+    (`search.splits.with_default_split`), recorded in `layout.stage_layers` / `layout.split` and
+    said in `notes`.
 
     Example:
         >>> from autoparallel import make_problem, Layout, estimate
@@ -210,13 +224,19 @@ def estimate(problem: Problem, layout: Layout, rules=None) -> dict:
             GPU count, tp does not divide the heads, ...); not fitting in memory is not an error,
             it is `fits: false`.
     """
+    from .search.splits import with_default_split
+
+    layout, note = with_default_split(problem, layout)
     resolved = layout.resolved(problem.cluster.n_gpus)
     table = LayoutTable.from_layouts([resolved], problem.cluster.n_gpus, problem.model.n_layers)
     ev = evaluate(problem, table, rules)
     broken = int(ev.reject[0]) & ~int(Reject.OOM)
     if broken:
         raise SpecError(_layout_error(problem, resolved, broken))
-    return ev.record(0)
+    rec = ev.record(0)
+    if note:
+        rec["notes"].append(note)
+    return rec
 
 
 def _whole(x: float):
@@ -241,14 +261,15 @@ def _layout_error(problem: Problem, lay: Layout, flags: int) -> str:
         )
     if flags & Reject.LAYERS and lay.stage_layers:
         lines.append(
-            f"`stage_layers` {lay.stage_layers} must sum to `n_layers` ({m.n_layers}) with every "
-            f"stage divisible by vp ({lay.vp}): each pipeline chunk holds a whole number of layers"
+            f"`stage_layers` {lay.stage_layers} must sum to `n_layers` ({m.n_layers}) with the "
+            f"middle stages divisible by vp ({lay.vp}): each middle model chunk holds a whole "
+            "number of layers"
         )
     elif flags & Reject.LAYERS:
         lines.append(
-            f"`pp x vp` = {lay.pp * lay.vp} must divide `n_layers` ({m.n_layers}): each pipeline "
-            "chunk holds a whole number of layers; or give an uneven split (`stage_layers`, "
-            "e.g. first and last stages one layer short)"
+            f"`pp x vp` = {lay.pp * lay.vp} does not divide `n_layers` ({m.n_layers}) and no "
+            "uneven split with equal middle stages within a layer of the balanced load exists: "
+            "give one (`stage_layers`, e.g. 7,8x14,7) or a pp that divides the layers"
         )
     if flags & Reject.SEQ:
         lines.append(

@@ -26,7 +26,8 @@ Version 4: `layout.recompute_group` (uniform recompute groups), `layout.recomput
 (named-module selective recompute), `layout.offload_layers` (activation offload),
 `layout.optimizer_offload` (optimizer-state offload) and `time_s.offload`. Version 5:
 `time_s.pp_comm` also holds the tied-embedding gradient all-reduce between the first and last
-pipeline stage.
+pipeline stage; `layout.split` (even, balanced or custom stage split) and `notes` (what the estimate filled in,
+such as the balanced split of a layout whose pp x vp does not divide the layers).
 `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 
@@ -62,6 +63,10 @@ class LayoutOut(_Out):
     """Micro-batches per optimizer step per data-parallel replica (global batch / (dp x micro_batch))."""
     stage_layers: list[int | float]
     """Transformer layers per pipeline stage, first to last (one value when pp = 1)."""
+    split: Literal["even", "balanced", "custom"]
+    """How the layers are split over the stages: `even` (n_layers / pp each), `balanced` (the
+    uneven split `plan` takes for this pp x vp: the most loaded stage's FLOPs, output layer
+    included, as light as the equal middle stages allow), `custom` (another uneven split)."""
     schedule: str
     """Pipeline schedule: 1f1b, interleaved, zb-h1, zbv, dualpipe or dualpipev."""
     recompute_layers: int | None
@@ -257,6 +262,9 @@ class EstimateOut(_Out):
     """Basis of the error bands in `time_s` and `memory_gib`."""
     model_params: ModelParamsOut
     """Total and active parameter counts of the model."""
+    notes: list[str]
+    """What the estimate chose for the layout that it was not given (e.g. the balanced split
+    where pp x vp does not divide the layers), one line each; the CLI prints them as `note:`."""
 
 
 class RobustnessOut(_Out):

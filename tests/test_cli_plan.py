@@ -59,7 +59,7 @@ def test_plan_json_schema():
     assert data["n_layouts"] >= data["n_valid"] >= data["n_fit"] > 0
     est_keys = ["model", "gpu", "n_gpus", "layout", "memory_gib", "fits", "time_s", "mfu",
                 "tokens_per_s_per_gpu", "model_flops_per_step", "job", "profile_basis", "band",
-                "model_params"]
+                "model_params", "notes"]
     assert list(data["ranked"][0]) == ["rank"] + est_keys + ["tied", "robustness"]
 
 

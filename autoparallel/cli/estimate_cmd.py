@@ -31,7 +31,7 @@ def estimate_command(
     recompute: Annotated[Recompute, typer.Option(help="Activation recomputation.")] = Recompute.NONE,
     sp: Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp > 1).", show_default=False)] = None,
     micro_batch: Annotated[int, typer.Option(help="Sequences per micro-batch.")] = 1,
-    stage_layers: Annotated[Optional[str], typer.Option(help="Layers per pipeline stage, first to last, e.g. 7,8x14,7 (default: even).", show_default=False)] = None,
+    stage_layers: Annotated[Optional[str], typer.Option(help="Layers per pipeline stage, first to last, e.g. 7,8x14,7 (default: even, or the balanced split plan takes when pp x vp does not divide the layers).", show_default=False)] = None,
     schedule: Annotated[Optional[str], typer.Option(help="Pipeline schedule: 1f1b, interleaved, zb-h1, zbv, dualpipe, dualpipev (default: 1f1b, interleaved with vp > 1).", show_default=False)] = None,
     recompute_num_layers: Annotated[Optional[int], typer.Option(help="With --recompute full: fully recompute only the first N layers of each model chunk (Megatron --recompute-method block); default: every layer.", show_default=False)] = None,
     recompute_modules: Annotated[Optional[str], typer.Option(help="With --recompute selective: modules re-run, comma-separated (Megatron --recompute-modules) [core_attn].", show_default=False)] = None,
@@ -76,6 +76,8 @@ def estimate_command(
 
         raise SpecError(format_validation_error(exc, "layout")) from None
     rec = estimate(problem, layout)
+    for note in rec["notes"]:
+        typer.echo(f"note: {note}", err=True)
     if fmt == Fmt.json:
         typer.echo(json.dumps(rec, indent=2))
     else:

@@ -90,7 +90,7 @@ def export_command(
     recompute: Annotated[Optional[Recompute], typer.Option(help="Activation recomputation [none].", show_default=False)] = None,
     sp: Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp > 1).", show_default=False)] = None,
     micro_batch: Annotated[Optional[int], typer.Option(help="Sequences per micro-batch [1].", show_default=False)] = None,
-    stage_layers: Annotated[Optional[str], typer.Option(help="Layers per pipeline stage, e.g. 7,8x14,7 [even].", show_default=False)] = None,
+    stage_layers: Annotated[Optional[str], typer.Option(help="Layers per pipeline stage, e.g. 7,8x14,7 [even; balanced where pp x vp does not divide the layers].", show_default=False)] = None,
     schedule: Annotated[Optional[str], typer.Option(help="Pipeline schedule [1f1b; interleaved with vp > 1].", show_default=False)] = None,
     recompute_num_layers: Annotated[Optional[int], typer.Option(help="With --recompute full: recompute only the first N layers of each model chunk [all].", show_default=False)] = None,
     recompute_modules: Annotated[Optional[str], typer.Option(help="With --recompute selective: modules re-run, comma-separated (Megatron --recompute-modules) [core_attn].", show_default=False)] = None,
@@ -145,7 +145,12 @@ def export_command(
         else:
             raise SpecError("which layout? give --rank N (the N-th of `autoparallel plan`), "
                             "layout flags (--tp 8 --pp 4 ...), or --from sweep.csv --row K")
+    from ..search.splits import with_default_split
+
+    layout, split_note = with_default_split(problem, layout)
     text = render(target, problem, layout, target_version, **sbatch)
+    if split_note:
+        typer.echo(f"note: {split_note}", err=True)
     if rank is None:
         _warn_if_unfit(problem, layout)
     from ..exporters import Job

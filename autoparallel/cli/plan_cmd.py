@@ -123,10 +123,15 @@ def plan_command(
         if versus_slug is not None:
             from ..specs.layout import Layout
 
+            from ..search.splits import with_default_split
+
             try:
                 vs = Layout.from_slug(versus_slug)
             except ValueError as exc:
                 raise SpecError(f"`--versus` = {versus_slug!r}: {exc}") from None
+            vs, note = with_default_split(problem, vs)
+            if note:
+                typer.echo(f"note: --versus: {note}", err=True)
         print_plan(result, make_console(), vs)
     if plot and result.n_fit:
         from ..output.plot import plot_plan

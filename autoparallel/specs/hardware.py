@@ -72,12 +72,13 @@ class Profile(Spec):
     ZeRO-Offload (Ren et al. 2021, arXiv 2101.06840, CPU-Adam latency table): about 1.1 s per
     1e9 parameters with the whole host's cores [recalled], i.e. ~0.9e9/s per host, shared by the
     8 GPU processes of a node: ~1.1e8/s per GPU. Set it to the host's measured rate."""
-    memory_overhead_gib: NonNegativeFloat = 1.0
-    """Fixed per-GPU memory inside the caching allocator beyond the ledger's items: cuBLAS /
-    cuBLASLt and Transformer Engine workspaces (PyTorch and TE allocate them as tensors),
-    data-parallel bucket and backward temporaries. Ref §3.6 budgets 0.5-2 GB for the CUDA context
-    and workspaces together; the context (~0.5 GiB) and NCCL's buffers lie outside the allocator
-    and are added to the device figure only (`cost.device_memory`), so 1.5 - 0.5 = 1.0 GiB here."""
+    memory_overhead_gib: NonNegativeFloat = 0.0
+    """Fixed per-GPU memory inside the caching allocator beyond the ledger's items and the GEMM
+    workspaces the ledger computes from the GPU generation and the stack (PyTorch's cuBLAS and
+    Transformer Engine's cuBLASLt workspaces, 12-64 MiB; `cost.device_memory.workspace_bytes`);
+    0 by default: a job with extra fixed buffers (e.g. DeepSpeed's bucket sizes) sets it. (It was a
+    1.0 GiB budget from ref §3.6's 0.5-2 GB for the context and workspaces together; PyTorch's and
+    TE's sources give the workspaces, the context is outside the allocator, `cost.device_memory`.)"""
 
 
 class GPUSpec(Spec):

@@ -95,6 +95,18 @@ class StackSpec(Spec):
     buffer, DeepSpeed's partitioned gradients); False for PyTorch FSDP / TorchTitan, whose
     `zero_grad(set_to_none=True)` frees them, so that with one micro-batch per step the
     activation peak and the gradient peak do not coincide (`cost.memory.stage_memory`)."""
+    grads_side_stream: bool = False
+    """Whether sharded gradients are allocated on a communication stream, in a caching-allocator
+    pool the compute stream never reuses (PyTorch FSDP1's post-backward stream, FSDP2's
+    reduce-scatter stream): the reserved figure then holds every gradient shard even where the
+    allocated peak does not (`cost.device_memory.reserved_bytes`)."""
+    unsharded_accumulation: bool = False
+    """Whether the training loop runs FSDP's `no_sync()` between the micro-batches of a step
+    (Lightning Fabric `no_backward_sync`, used by LitGPT): gradients then accumulate unsharded
+    on every rank until the last micro-batch (`cost.memory.stage_memory`)."""
+    transformer_engine: bool = False
+    """Whether the linear layers are Transformer Engine modules, which allocate their own
+    cuBLASLt workspace tensor beside PyTorch's (`cost.device_memory.workspace_bytes`)."""
     profile: dict[str, dict[str, float]] = Field(default_factory=dict)
     """GPU preset -> efficiency knobs fitted on this stack's runs on that GPU."""
     profile_notes: dict[str, str] = Field(default_factory=dict)

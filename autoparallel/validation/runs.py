@@ -179,13 +179,11 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
         # the uneven split the planner would propose (first/last stages lighter, Megatron-Core's
         # --decoder-first/last-pipeline-num-layers) instead of fractional layers per stage; set
         # before the recompute is inferred, which depends on the most loaded stage
-        from ..search.splits import balanced_splits, output_weight
+        from ..search.splits import default_split
 
-        found = balanced_splits(model.n_layers, lay["pp"], lay["vp"], output_weight(arch, seq))
-        if found:
-            first, last = found[0]
-            mid = (model.n_layers - first - last) // max(lay["pp"] - 2, 1)
-            lay["stage_layers"] = [first] + [mid] * (lay["pp"] - 2) + [last]
+        split = default_split(arch, seq, lay["pp"], lay["vp"])
+        if split:
+            lay["stage_layers"] = split
     rc = _recompute(row, assumptions)
     if rc is None:
         rc = _least_recompute_that_fits(problem, lay)
