@@ -12,7 +12,7 @@ from .specs import GPUSpec, Layout, ModelSpec, Profile
 from .specs.job import JobSpec
 from .specs.stack import StackSpec
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 """Version of the output schemas (`estimate`, `plan`, `capacity`). Version 2: field descriptions
 with units and a typed `problem` object in the plan output. Version 3: the job settings
 (`JobSpec`: stack, precision, dtypes, overlaps, overrides) in the estimate's `job` object and
@@ -24,7 +24,8 @@ parameter counts), memory as the allocator and nvidia-smi see it (`memory_gib.re
 `device`, `headroom`, `by_stage`) and `layout.recompute_layers` (partial full recompute).
 Version 4: `layout.recompute_group` (uniform recompute groups), `layout.recompute_modules`
 (named-module selective recompute), `layout.offload_layers` (activation offload),
-`layout.optimizer_offload` (optimizer-state offload) and `time_s.offload`.
+`layout.optimizer_offload` (optimizer-state offload) and `time_s.offload`. Version 5:
+`job.fp8_param_gather` (low-precision weights kept and all-gathered in the recipe's format).
 `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 

@@ -61,13 +61,14 @@ def test_activation_offload_saves_exactly_the_offloaded_layers_less_one_in_trans
 
 
 def test_activation_offload_time_is_the_copy_beyond_each_layers_compute():
-    from autoparallel.cost.time import ATTN_BWD, _layer_forward
+    from autoparallel.cost.time import _layer_forward
 
     p = _problem()
     n = 4
     t = LayoutTable.from_layouts([Layout(tp=1, offload_layers=n)], 8, SMALL.n_layers)
-    gemm, attn, elem = (float(x[0]) for x in _layer_forward(p, build_arch(SMALL), t, moe=False))
-    fwd, bwd = gemm + attn + elem, 2 * gemm + ATTN_BWD * attn + 2 * elem
+    parts = _layer_forward(p, build_arch(SMALL), t, moe=False)
+    gemm, attn, elem, attn_bwd = (float(x[0]) for x in parts)
+    fwd, bwd = gemm + attn + elem, 2 * gemm + attn_bwd + 2 * elem
     link = 64e9 * p.profile.host_link_efficiency  # h100 preset: PCIe Gen5 x16, 64 GB/s per way
     assert p.cluster.gpu.host_link_gb_per_s == 64
     copy = p.stack.activation_factor * LAYER / link

@@ -51,6 +51,29 @@ bandwidths, overlaps, per-GEMM overhead and latencies are not identified by them
 0.3-60 in their own units when fitted) and keep their hardware-measured reference values."""
 
 
+MIN_FIT_RUNS = 5
+"""Fewest runs a shipped (stack, GPU) profile is fitted on: with six or seven knobs, fewer runs
+leave the fit at its prior (B200's four dense Megatron-Bridge runs kept the MAMF FP8 fraction
+and were predicted 17 % fast) or let two knobs trade off; such a GPU takes the stack's fit on
+the nearest GPU instead (`problem.stack_profile`)."""
+
+
+def kernel_family(stack: str) -> str:
+    """The group of stacks fitted together with `stack` (`StackSpec.kernels`, else the stack)."""
+    from ..presets import load_stack
+
+    return load_stack(stack).kernels or stack
+
+
+def profile_fit_cases(cases):
+    """The runs the shipped profiles are fitted on (`benchmarks/calibrate_stacks.py`, and each
+    leave-one-source-out fold): dense models. The fitted knobs are the dense kernels'
+    efficiencies and per-step costs; MoE runs' errors are dominated by the expert dispatch the
+    time model does not price yet (docs/validation.md), which fitting those knobs would absorb
+    and carry into every dense prediction on the GPU. MoE runs are predicted with the dense fit."""
+    return [c for c in cases if c.model.moe is None]
+
+
 @dataclass(frozen=True)
 class Fit:
     """Result of one calibration."""

@@ -79,8 +79,10 @@ def _stack(row, assumptions: list[str]) -> str:
     raise RowSkip("framework without a stack preset" + (f" ({text.split(' (')[0]})" if text else ""))
 
 
-STACK_ORDER = ("megatron-legacy", "megatron-core", "torchtitan", "fsdp", "nanotron", "deepspeed")
-"""Order in which stack patterns are tried (the legacy Megatron patterns are the narrower)."""
+STACK_ORDER = ("megatron-legacy", "megatron-bridge", "megatron-core", "torchtitan", "fsdp",
+               "nanotron", "deepspeed")
+"""Order in which stack patterns are tried (the narrower patterns first: legacy Megatron, then
+NVIDIA's tuned recipes before plain Megatron-Core)."""
 
 
 def _zero(row, assumptions: list[str]) -> int:
