@@ -11,7 +11,7 @@ with the in-sample error of each fit. Every fit starts from the GPU preset's ref
 `--write` replaces the fitted-profile tables at the end of each stack preset (everything after
 the `MARKER` line) with the new fits, for every GPU preset of the fitted group, and drops the
 tables of a stack no longer fitted on any GPU. Fits use the dense runs
-(`validation.calibrate.profile_fit_cases`) of a (stack, GPU group) with at least `MIN_FIT_RUNS`.
+(`validation.calibrate.profile_fit_cases`); a (stack, GPU group) without one has no fit.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from autoparallel.data import PUBLISHED_RUNS  # noqa: E402
 from autoparallel.presets import list_stacks, load_gpu  # noqa: E402
 from autoparallel.validation.calibrate import (  # noqa: E402
-    MIN_FIT_RUNS, fit, kernel_family, profile_fit_cases)
+    fit, kernel_family, profile_fit_cases)
 from autoparallel.validation.loso import group_of  # noqa: E402
 from autoparallel.validation.runs import load_cases, read_runs  # noqa: E402
 
@@ -63,12 +63,9 @@ def main() -> None:
     pool = profile_fit_cases(cases)
     groups = sorted({group_of(c.gpu) for c in pool})
     print(f"{len(cases)} usable runs, {len(skipped)} skipped; profiles fitted on the "
-          f"{len(pool)} dense runs, a fit on at least {MIN_FIT_RUNS}\n")
+          f"{len(pool)} dense runs\n")
     for grp in groups:
         chosen = [c for c in pool if c.gpu in grp]
-        if len(chosen) < MIN_FIT_RUNS:
-            print(f"# GPU {'+'.join(grp)}: {len(chosen)} dense runs, no fit\n")
-            continue
         ref = load_gpu(grp[0]).reference()
         res = fit(chosen, ref)
         err = np.median(np.abs(np.expm1(res.residuals)))
@@ -80,10 +77,6 @@ def main() -> None:
         for family in sorted({kernel_family(c.stack) for c in chosen}):
             mine = [c for c in chosen if kernel_family(c.stack) == family]
             members = sorted(s for s in list_stacks() if kernel_family(s) == family)
-            if len(mine) < MIN_FIT_RUNS:
-                print(f"# {family} on {grp[0]}: {len(mine)} dense runs, no fit (the nearest "
-                      "GPU's fit applies)\n")
-                continue
             res = fit(mine, ref)
             err = np.median(np.abs(np.expm1(res.residuals)))
             srcs = sorted({c.source for c in mine})

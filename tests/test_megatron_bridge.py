@@ -161,14 +161,25 @@ def test_softmax_exponentials_bind_where_the_sfus_are_slower_than_the_tensor_cor
     assert load_gpu("mi300x").sfu_exp_tera_per_s is None
 
 
-@pytest.mark.parametrize("gpu,nearest", [("b300", "gb300"), ("b200", "gb200")])
-def test_a_gpu_without_its_own_fit_takes_the_nearest_peaks(gpu, nearest):
-    # B300 has no dense Megatron-Bridge run and B200 four (fewer than MIN_FIT_RUNS): their
-    # nearest fitted GPU is the one with the closest BF16/FP8/FP4 peaks of the same generation,
-    # GB300 (Blackwell Ultra, 2500/5000/15000) for B300 (2250/4500/13500), not B200 (FP4 9000)
-    p = make_problem("llama3-8b", gpu, 8, 8192, 64, stack="megatron-bridge", precision="fp8")
-    assert p.profile_basis.startswith(f"megatron-bridge fitted on {nearest}")
-    near = make_problem("llama3-8b", nearest, 8, 8192, 64, stack="megatron-bridge",
-                        precision="fp8")
-    assert p.profile.fp8_gemm_efficiency == near.profile.fp8_gemm_efficiency
-    assert np.isfinite(estimate(p, Layout(tp=1))["time_s"]["step"])
+def test_one_chip_one_fit_and_the_nearest_peaks_for_the_rest():
+    # B300's Megatron-Bridge runs are all MoE: it shares the fit of its chip group, GB300 (the
+    # same Blackwell Ultra GPU on a Grace superchip), as fractions of its own peaks; B200 that of
+    # GB200
+    from autoparallel.problem import gpu_nearness
+    from autoparallel.validation.loso import group_of
+
+    assert group_of("b300") == ("b300", "gb300") and group_of("b200") == ("b200", "gb200")
+    for gpu, twin in (("b300", "gb300"), ("b200", "gb200")):
+        p, q = (make_problem("llama3-8b", g, 8, 8192, 64, stack="megatron-bridge", precision="fp8")
+                for g in (gpu, twin))
+        assert p.profile_basis == f"megatron-bridge fitted on {gpu}"
+        assert p.profile.fp8_gemm_efficiency == q.profile.fp8_gemm_efficiency
+        assert np.isfinite(estimate(p, Layout(tp=1))["time_s"]["step"])
+    # a GPU with no fit takes the nearest: same generation, then the closest peaks. From B300
+    # (BF16/FP8/FP4 2250/4500/13500): GB300 |ln 2500/2250| x 2 + |ln 15000/13500| = 0.316,
+    # B200 |ln 13500/9000| = 0.405, GB200 0.211 + |ln 13500/10000| = 0.511; H100 is Hopper
+    b300 = load_gpu("b300")
+    order = sorted(("b200", "gb200", "gb300", "h100"), key=lambda g: gpu_nearness(b300, load_gpu(g)))
+    assert order == ["gb300", "b200", "gb200", "h100"]
+    h800 = make_problem("llama3-8b", "h800", 8, 8192, 64, stack="megatron-bridge", precision="fp8")
+    assert h800.profile_basis.startswith("megatron-bridge fitted on h100 (nearest GPU")

@@ -55,7 +55,7 @@ def test_rows_mapped_to_stacks_and_precisions(loaded):
     assert got["GT0296"] == ("fsdp", "bf16")  # Composer/llm-foundry
     assert got["GT0524"] == ("nanotron", "bf16")
     assert got["GT0733"] == ("torchtitan", "bf16")  # NeMo AutoModel (FSDP2/DTensor)
-    assert got["GT0806"] == ("megatron-core", "fp8")  # Megatron-Bridge, FP8-CS
+    assert got["GT0806"] == ("megatron-bridge", "fp8")  # Megatron-Bridge perf table, FP8-CS
     # what a row states overrides its stack: llm-foundry PURE bf16 reduces in bf16
     assert _case(cases, "GT0435").job["grad_reduce_dtype"] == "bf16"
     assert "stack fsdp (from the framework)" in _case(cases, "GT0296").assumptions

@@ -51,13 +51,6 @@ bandwidths, overlaps, per-GEMM overhead and latencies are not identified by them
 0.3-60 in their own units when fitted) and keep their hardware-measured reference values."""
 
 
-MIN_FIT_RUNS = 5
-"""Fewest runs a shipped (stack, GPU) profile is fitted on: with six or seven knobs, fewer runs
-leave the fit at its prior (B200's four dense Megatron-Bridge runs kept the MAMF FP8 fraction
-and were predicted 17 % fast) or let two knobs trade off; such a GPU takes the stack's fit on
-the nearest GPU instead (`problem.stack_profile`)."""
-
-
 def kernel_family(stack: str) -> str:
     """The group of stacks fitted together with `stack` (`StackSpec.kernels`, else the stack)."""
     from ..presets import load_stack
@@ -70,7 +63,9 @@ def profile_fit_cases(cases):
     leave-one-source-out fold): dense models. The fitted knobs are the dense kernels'
     efficiencies and per-step costs; MoE runs' errors are dominated by the expert dispatch the
     time model does not price yet (docs/validation.md), which fitting those knobs would absorb
-    and carry into every dense prediction on the GPU. MoE runs are predicted with the dense fit."""
+    and carry into every dense prediction on the GPU. MoE runs are predicted with the dense fit;
+    a (stack family, GPU) with no dense run has no fit and takes the nearest GPU's
+    (`problem.stack_profile`: B300's MoE-only Megatron-Bridge runs take GB300's)."""
     return [c for c in cases if c.model.moe is None]
 
 

@@ -17,14 +17,16 @@ from ..errors import SpecError
 from ..presets import list_gpus, load_gpu, load_profile, read_table
 from ..problem import gpu_nearness
 from ..specs.hardware import Profile
-from .calibrate import DEFAULT_KNOBS, MIN_FIT_RUNS, fit, kernel_family, profile_fit_cases
+from .calibrate import DEFAULT_KNOBS, fit, kernel_family, profile_fit_cases
 from .report import predict
 from .runs import RunCase
 
-GPU_GROUPS: dict[str, tuple[str, ...]] = {"a100-40gb": ("a100-40gb", "a100-80gb"),
-                                          "a100-80gb": ("a100-40gb", "a100-80gb")}
-"""Presets that share one chip (same SMs, clocks, NVLink and NICs; only HBM differs), so one
-set of efficiency knobs is fitted to their runs together."""
+_CHIPS = (("a100-40gb", "a100-80gb"), ("b200", "gb200"), ("b300", "gb300"))
+GPU_GROUPS: dict[str, tuple[str, ...]] = {g: chip for chip in _CHIPS for g in chip}
+"""Presets that share one chip, so one set of efficiency knobs is fitted to their runs together:
+A100 40GB and 80GB (only HBM differs); B200 and GB200, B300 and GB300 (the HGX part and the Grace
+superchip's of one Blackwell / Blackwell Ultra GPU: same SMs, NVLink 5 and HBM; the superchip's
+higher TDP and clocks are in its BF16/FP8/FP4 peaks, and the knobs are fractions of those)."""
 
 
 def group_of(gpu: str) -> tuple[str, ...]:
@@ -79,7 +81,7 @@ def loso_predictions(cases: Sequence[RunCase], gpus: Sequence[str] | None = None
 
     Each source's runs are predicted by the profile the shipped presets would give them, rebuilt
     without that source (column `heldout_fit`), from the dense runs of the other sources
-    (`calibrate.profile_fit_cases`), a fit needing `MIN_FIT_RUNS` of them:
+    (`calibrate.profile_fit_cases`):
     1. "stack": the same stack (its kernel family, `StackSpec.kernels`) fitted on the *other*
        sources' runs on this GPU group;
     2. "stack@<gpu>": else the same stack fitted on the other sources' runs of the nearest GPU
@@ -115,9 +117,9 @@ def loso_predictions(cases: Sequence[RunCase], gpus: Sequence[str] | None = None
                 for c in rest:
                     if kernel_family(c.stack) == family:
                         mine_by.setdefault(group_of(c.gpu), []).append(c)
-                others = {g for g, got in mine_by.items() if len(got) >= MIN_FIT_RUNS} - {grp}
+                others = set(mine_by) - {grp}
                 rest_here = [c for c in rest if c.gpu in grp]
-                if len(same) >= MIN_FIT_RUNS:
+                if same:
                     res = fit_of(same, grp, ("stack", grp, src, family))
                     prof, basis = res.profile, "stack"
                 elif others:
@@ -126,7 +128,7 @@ def loso_predictions(cases: Sequence[RunCase], gpus: Sequence[str] | None = None
                     res = fit_of(mine, near, ("stack", near, src, family))
                     update = {k: v for k, v in res.knobs.items() if k in STACK_KNOBS}
                     prof, basis = reference.model_copy(update=update), f"stack@{near[0]}"
-                elif len(rest_here) >= MIN_FIT_RUNS:
+                elif rest_here:
                     res = fit_of(rest_here, grp, ("gpu", grp, src))
                     prof, basis = res.profile, "gpu"
                 else:
