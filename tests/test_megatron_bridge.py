@@ -105,13 +105,16 @@ def test_rows_take_the_settings_of_the_recipe_they_match(rows):
     c = case_from_row(rows["GT0815"])
     assert c.stack == "megatron-bridge" and c.gpu == "gb200"
     assert (c.layout.offload_layers, c.layout.recompute.value, c.layout.zero) == (40, "none", 3)
-    assert any(a.startswith("recipe LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS") for a in c.assumptions)
+    assert "Megatron-Bridge recipe (v0.4.2): recompute none, activation offload 40 layers" \
+        in c.assumptions
+    assert match(rows["GT0815"], "gb200", dict(tp=1, pp=1, cp=1, vp=1, ep=1, micro_batch=2)
+                 ).config == "LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2"
     # GT0776: 405B NVFP4 on 256 GB200 (26.06): TP overlap off in the NVFP4 recipes
     c = case_from_row(rows["GT0776"])
     assert c.job["tp_comm_overlap"] is False and c.layout.recompute.value == "none"
     # GT0911: the same model at VP 4, which no recipe ran: the stack's defaults, recompute none
     c = case_from_row(rows["GT0911"])
-    assert not any(a.startswith("recipe ") for a in c.assumptions)
+    assert not any(a.startswith("Megatron-Bridge recipe") for a in c.assumptions)
     assert "tp_comm_overlap" not in c.job
     assert "recompute not stated: none (the megatron-bridge recipes' default)" in c.assumptions
     # NeMo 24.07 rows (the NeMo launcher's configs) are the same stack, without a recipe table

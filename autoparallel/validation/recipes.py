@@ -74,7 +74,9 @@ class RecipeMatch:
             parts.append(f"CUDA graphs {'on' if self.cuda_graphs else 'off'}")
         if self.tp_comm_overlap is False:
             parts.append("TP overlap off")
-        return f"recipe {self.config} ({self.release}): " + (", ".join(parts) or "as the stack")
+        # the release, not the config name, so that the validate report counts settings (the
+        # table row is found again by the run's layout)
+        return f"Megatron-Bridge recipe ({self.release}): " + (", ".join(parts) or "the stack's defaults")
 
 
 @lru_cache(maxsize=1)
