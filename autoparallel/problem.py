@@ -72,6 +72,8 @@ def make_problem(
         "autocast": stack.autocast if given.autocast is None else given.autocast,
         "tp_comm_overlap": (stack.tp_comm_overlap if given.tp_comm_overlap is None
                             else given.tp_comm_overlap),
+        "fp8_param_gather": (stack.low_precision_allgather if given.fp8_param_gather is None
+                             else given.fp8_param_gather),
     })
     try:
         cluster = ClusterSpec(
@@ -89,6 +91,7 @@ def make_problem(
             stack=stack.name, grad_reduce_dtype=resolved.grad_reduce_dtype,
             optimizer_dtype=resolved.optimizer_dtype, model_code=resolved.model_code,
             torch_compile=resolved.torch_compile, autocast=resolved.autocast,
+            fp8_param_gather=resolved.fp8_param_gather,
         )
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, "training")) from None
@@ -118,19 +121,30 @@ GENERATION_ORDER = ("hopper", "blackwell", "ampere", "cdna3", "volta", "other")
 then this order (the generation with the most measured runs first)."""
 
 
+def gpu_nearness(target: GPUSpec, other: GPUSpec) -> tuple:
+    """Sort key of `other` as a stand-in for `target` (smaller is nearer): the same generation
+    first (then GENERATION_ORDER), then the closest tensor-core peaks, summed |ln ratio| of the
+    BF16, FP8 and FP4 peaks both have (B300's nearest is GB300, the same Blackwell Ultra chip, not
+    B200), then the name."""
+    import math
+
+    peaks = [(getattr(target, k), getattr(other, k)) for k in ("bf16_tflops", "fp8_tflops",
+                                                                "fp4_tflops")]
+    gap = sum(abs(math.log(a / b)) for a, b in peaks if a and b)
+    return (other.generation != target.generation, GENERATION_ORDER.index(other.generation),
+            round(gap, 9), other.name)
+
+
 def _nearest_fit(stack: StackSpec, gpu: GPUSpec) -> str | None:
-    """The GPU preset of the stack's fitted profiles nearest to `gpu`: the same preset, else one
-    of the same generation, else the newest other one (most runs are on Hopper)."""
+    """The GPU preset of the stack's fitted profiles nearest to `gpu` (`gpu_nearness`): the same
+    preset, else the nearest of the same generation, else of the generation with most runs."""
     if gpu.name in stack.profile:
         return gpu.name
     if not stack.profile:
         return None
     from .presets import load_gpu as _load
 
-    same = [g for g in stack.profile if _load(g).generation == gpu.generation]
-    if same:
-        return sorted(same)[0]
-    return sorted(stack.profile, key=lambda g: (GENERATION_ORDER.index(_load(g).generation), g))[0]
+    return min(stack.profile, key=lambda g: gpu_nearness(gpu, _load(g)))
 
 
 def stack_profile(stack: StackSpec, gpu: GPUSpec) -> tuple[Profile, str]:
@@ -165,4 +179,4 @@ def with_gpu_count(problem: Problem, n_gpus: int) -> Problem:
     return problem.model_copy(update={"cluster": cluster})
 
 
-__all__ = ["GENERATION_ORDER", "make_problem", "stack_profile", "with_gpu_count"]
+__all__ = ["GENERATION_ORDER", "gpu_nearness", "make_problem", "stack_profile", "with_gpu_count"]

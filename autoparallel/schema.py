@@ -27,7 +27,8 @@ Version 4: `layout.recompute_group` (uniform recompute groups), `layout.recomput
 `layout.optimizer_offload` (optimizer-state offload) and `time_s.offload`. Version 5:
 `time_s.pp_comm` also holds the tied-embedding gradient all-reduce between the first and last
 pipeline stage; `layout.split` (even, balanced or custom stage split) and `notes` (what the estimate filled in,
-such as the balanced split of a layout whose pp x vp does not divide the layers).
+such as the balanced split of a layout whose pp x vp does not divide the layers);
+`job.fp8_param_gather` (low-precision weights kept and all-gathered in the recipe's format).
 `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 

@@ -138,6 +138,8 @@ def megatron_parser() -> _Parser:
       default="delayed")
     a("--fp4-format", choices=["e2m1"], default=None)
     a("--fp4-recipe", choices=["nvfp4", "custom"], default="nvfp4")
+    a("--fp8-param-gather", action="store_true")
+    a("--fp4-param-gather", action="store_true", dest="fp4_param")
     a("--num-layers", type=int, required=True)
     a("--hidden-size", type=int, required=True)
     a("--ffn-hidden-size", type=int, default=None)
@@ -275,6 +277,10 @@ def megatron_layout(words: list[str], world: int, env: dict) -> dict:
     _need(g.max_position_embeddings is None or g.max_position_embeddings >= g.seq_length,
           "max-position-embeddings < seq-length")
     _need(g.bf16 or g.fp16, "16-bit parameters (--bf16 or --fp16)")
+    # TransformerConfig.__post_init__: "fp8_param must be used together with fp8 mode", the
+    # same for fp4_param
+    _need(not g.fp8_param_gather or g.fp8_format, "--fp8-param-gather without --fp8-format")
+    _need(not g.fp4_param or g.fp4_format, "--fp4-param-gather without --fp4-format")
     if g.fp4_format:
         precision = "nvfp4"
     elif g.fp8_format:
@@ -302,7 +308,9 @@ def megatron_layout(words: list[str], world: int, env: dict) -> dict:
     rc = g.recompute_granularity or "none"
     if split is not None and pp > 1 and len(set(split)) == 1:
         split = None  # an even split
-    return dict(grad_dtype=grad, precision=precision, dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep,
+    return dict(grad_dtype=grad, precision=precision,
+                fp8_param_gather=bool(g.fp8_param_gather or g.fp4_param),
+                dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep,
                 zero=zero, recompute=rc, stage_layers=split,
                 sp=bool(g.sequence_parallel and tp > 1), micro_batch=mbs, micro_batches=m,
                 world=world, args=g)

@@ -160,11 +160,18 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
     # Low-precision weight cache (Transformer Engine): each linear weight is kept quantised and
     # transposed across micro-batches, 2q bytes per linear parameter on the GPU (reference §3.6:
     # "FP8 adds weight transposes/scales"); not with ZeRO-3, where weights are gathered per use.
+    # With `fp8_param_gather` the quantised weight is the parameter itself (Megatron-Core keeps
+    # "the compute param in fp8 (do not use any other intermediate dtype)"): its 16-bit copy is
+    # gone, 2 bytes per linear parameter (2 - q of each ZeRO-3 shard, kept in the recipe's format).
     rec = recipe(tr.precision)
     if rec.low and problem.stack.low_precision_weight_cache:
+        q = rec.element_bytes
         embed_w = (st.embed * arch.p_embed + st.output * (arch.p_output or arch.p_embed)) / tp
         linear = np.maximum(dense + expert - embed_w, 0.0)
-        params = params + np.where(zero < 3, 2.0 * rec.element_bytes * linear, 0.0)
+        params = params + np.where(zero < 3, 2.0 * q * linear, 0.0)
+        if tr.fp8_param_gather:
+            shard = np.maximum(dense - embed_w, 0.0) / d + expert / d_e
+            params = params - np.where(zero < 3, 2.0 * linear, (2.0 - q) * shard)
     grads = sharded(float(tr.grad_bytes), 2)
     optimizer = sharded(float(tr.optimizer_bytes), 1)
     if np.any(t["oo"] > 0):  # optimizer offload: that share of the state is in host memory

@@ -21,7 +21,7 @@ from ..specs.problem import Problem
 from ..units import MS
 from .arch import Arch
 from .comm import Collective, collective_time
-from .compute import attention_time, gemm_time, linear_time, memory_bound_time
+from .compute import ATTN_BWD, attention_time, gemm_time, linear_time, memory_bound_time
 from .memory import layer_activation_bytes, stage_params
 from .offload import (activation_offload_time, moe_recomputed, offloaded_layers,
                       optimizer_offload_time, selective_recompute_time)
@@ -31,13 +31,13 @@ TIME_ITEMS = (
     "compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble",
     "optimizer", "offload",
 )
-ATTN_BWD = 2.5  # flash-attention backward FLOPs / forward FLOPs (reference §2.4)
 ADAM_BYTES = 26.0  # per parameter: fp32 master r+w 8, m r+w 8, v r+w 8, bf16 param write 2; + grad read
 DDP_BUCKET_PARAMS = 4e7  # Megatron DDP bucket, max(4e7, 1e6 * dp * cp) parameters (reference §0)
 
 
 def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
-    """(gemm, attention, elementwise) forward seconds of one layer, one micro-batch, one GPU."""
+    """(gemm, attention, elementwise) forward seconds of one layer, one micro-batch, one GPU,
+    and the attention's backward seconds."""
     s = problem.training.seq_len
     b = t["mb"].astype(np.float64)
     tp, cp, ep = (t[k].astype(np.float64) for k in ("tp", "cp", "ep"))
@@ -66,14 +66,17 @@ def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
     # causal core attention: b * s^2 * n_h (d_qk + d_v) forward FLOPs (reference §2.1), split by
     # TP (heads) and CP (load-balanced sequence chunks); sliding-window layers compute a fraction
     window = arch.attn_pair_fraction(problem.training.seq_len)
-    attn = attention_time(problem, b * s * s * arch.attn_score_width * window / (tp * cp))
+    attn_flops = b * s * s * arch.attn_score_width * window / (tp * cp)
+    exps = b * s * s / 2.0 * arch.n_heads * window / (tp * cp)  # one per causal score
+    attn = attention_time(problem, attn_flops, exps)
+    attn_bwd = attention_time(problem, attn_flops, exps, backward=True)
     # elementwise kernels write and re-read what the layer stores (reference §3.4 accounting); the
     # stack's fitted `elementwise_factor` already covers how fused its kernels are, so the
     # model-code extras (cost.model_code) are memory-only here
     stored = layer_activation_bytes(problem, arch, t, moe, recompute=np.zeros_like(t["rc"]),
                                     low_precision=False, code_extras=False)
     elem = memory_bound_time(problem, 2.0 * problem.profile.elementwise_factor * stored)
-    return gemm, attn, elem
+    return gemm, attn, elem, attn_bwd
 
 
 def _tp_comm_layer(problem: Problem, t: LayoutTable, grp, arch: Arch,
@@ -169,9 +172,10 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
         parts = {}
         if offload:
             n_off = dict(zip(("dense", "moe"), offloaded_layers(t, st.n_dense, st.n_moe)))
-        for kind, (gemm, attn, elem), n in (("dense", dense, st.n_dense), ("moe", moe, st.n_moe)):
+        for kind, (gemm, attn, elem, attn_bwd), n in (("dense", dense, st.n_dense),
+                                                      ("moe", moe, st.n_moe)):
             fwd = gemm + attn + elem
-            bwd = 2.0 * gemm + ATTN_BWD * attn + 2.0 * elem
+            bwd = 2.0 * gemm + attn_bwd + 2.0 * elem
             parts[kind] = dict(
                 fwd=n * fwd,
                 bwd=n * bwd,
@@ -250,10 +254,11 @@ def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bw
     gb = float(problem.training.grad_reduce_bytes)
     prof = problem.profile
     ov = prof.dp_overlap
-    # ZeRO-3 / FSDP gathers bf16 parameters, or low-precision ones where the stack does
-    # (TorchTitan enable_fsdp_float8_all_gather)
+    # parameters are all-gathered in bf16 (ZeRO-1's after the step, ZeRO-3's per use), or in the
+    # recipe's format with `fp8_param_gather` (Megatron --fp8-param-gather, TorchTitan
+    # enable_fsdp_float8_all_gather)
     rec = recipe(problem.training.precision)
-    pb = rec.element_bytes if rec.low and problem.stack.low_precision_allgather else 2.0
+    pb = rec.element_bytes if rec.low and problem.training.fp8_param_gather else 2.0
     zero = t["zero"]
     total = np.zeros(len(t))
     for psi, grp in ((dense, groups["dpcp"]), (expert, groups["edp"])):

@@ -190,11 +190,16 @@ PRECISION_FLAGS: dict[str, list[str]] = {
 
 def training_args(job: Job) -> list[list]:
     """The job settings of `problem.training` the cost model assumed, as flags: precision,
-    gradient dtype (memory ledger: 2 or 4 bytes per gradient) and TP communication overlap.
+    gradient dtype (memory ledger: 2 or 4 bytes per gradient), low-precision parameters and TP
+    communication overlap.
     Every training setting maps to Megatron-LM here, in one place."""
     lay, tr = job.layout, job.problem.training
     words = ["--fp16" if tr.precision == "fp16" else "--bf16", GRAD_FLAG[tr.grad_dtype]]
     words += PRECISION_FLAGS[tr.precision]
+    if tr.fp8_param_gather and PRECISION_FLAGS[tr.precision]:
+        # low-precision weights only, gathered so (DistributedDataParallelConfig.fp8_param_gather;
+        # TransformerConfig.fp4_param is `--fp4-param-gather`)
+        words.append("--fp4-param-gather" if tr.precision == "nvfp4" else "--fp8-param-gather")
     if lay.zero in SHARDING:  # Megatron-FSDP keeps its own main-gradient dtype
         words += ["--megatron-fsdp-main-grads-dtype", tr.grad_dtype]
     if lay.sp and tr.tp_comm_overlap:

@@ -101,6 +101,10 @@ class GPUSpec(Spec):
     generation: Literal["volta", "ampere", "hopper", "blackwell", "cdna3", "other"] = "other"
     """Architecture generation: selects a stack's attention kernel and which profile of a stack
     is the nearest when the stack has none fitted on this GPU."""
+    sfu_exp_tera_per_s: PositiveFloat | None = None
+    """Exponentials per second the special function units retire (MUFU.EX2), 10^12/s: the
+    softmax of fused attention runs on them (`cost.compute.attention_time`); None = not
+    modelled (attention at its matmul efficiency only)."""
     hbm_gib: PositiveFloat
     """HBM capacity, GiB."""
     hbm_tb_per_s: PositiveFloat

@@ -44,6 +44,8 @@ class JobSpec(Spec):
     """fp32 weights under torch.autocast (Composer amp_bf16 over fp32 FSDP parameters, ATorch): the bf16 cast of every weight is cached until the forward ends; default: the stack's (off: 16-bit weights kept by the stack)."""
     tp_comm_overlap: bool | None = Field(None, **_cli("--tp-comm-overlap/--no-tp-comm-overlap"))
     """TP collectives overlapped with GEMMs (Megatron --tp-comm-overlap, TorchTitan async TP); default: the stack's."""
+    fp8_param_gather: bool | None = Field(None, **_cli("--fp8-param-gather/--no-fp8-param-gather"))
+    """Low-precision recipes keep each linear weight in the recipe's format only (no 16-bit copy) and all-gather it so (Megatron --fp8-param-gather / --fp4-param-gather, TorchTitan enable_fsdp_float8_all_gather); default: the stack's."""
     usable_fraction: float | None = Field(None, gt=0, le=1, **_cli("--usable-fraction"))
     """Override: share of GPU memory the allocated peak may fill (e.g. 0.9); default: the reserved peak (with the fitted fragmentation reserve) must fit in the capacity less CUDA context and NCCL memory."""
     intra_gbps: PositiveFloat | None = Field(None, **_cli("--intra-gbps"))

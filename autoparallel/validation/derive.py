@@ -10,26 +10,24 @@ import re
 from .modelspec import RowSkip, _int, _num
 
 
-PLAIN_GPU_NAMES = ("gb200", "b200", "mi300x", "a10g", "h800", "h200")
-"""Presets a `gpu` column names verbatim (the other presets need a variant check)."""
+PLAIN_GPU_NAMES = ("gb300", "gb200", "b300", "b200", "mi300x", "a10g", "h800", "h200")
+"""Presets a `gpu` column names verbatim (the other presets need a variant check); the first
+found wins, so the Grace superchips (GB...) come before their HGX parts."""
 
 
 def gpu_preset(text: str) -> str:
-    """Preset name for the `gpu` column, or raise `RowSkip` (unknown GPU / power-capped variant)."""
+    """Preset name for the `gpu` column, or raise `RowSkip` (unknown GPU)."""
     t = text.lower()
-    if re.search(r"gb300|b300", t):
-        raise RowSkip("unknown GPU (B300/GB300: no preset)")
     if "v100" in t:
         if re.search(r"\b16\s*gb", t):
             raise RowSkip("unknown GPU (V100 16GB: no preset)")
         return "v100-32gb"
-    # the first name found wins: gb200 before b200
     found = next((name for name in PLAIN_GPU_NAMES if name in t), None)
     if found:
         return found
     if "h100" in t:
-        if re.search(r"hbm2e|500\s*w|lower-tdp", t):
-            raise RowSkip("unknown GPU (H100 HBM2e 500 W variant: no preset)")
+        if re.search(r"hbm2e|500\s*w|lower-tdp|9[56]\s*gb", t):
+            return "h100-96gb"  # the 95/96 GB HBM2e part at 500 W (TorchTitan's hosts)
         return "h100"
     if "a100" in t:
         m = re.search(r"(\d+)\s*gb", t)
@@ -81,8 +79,10 @@ def _stack(row, assumptions: list[str]) -> str:
     raise RowSkip("framework without a stack preset" + (f" ({text.split(' (')[0]})" if text else ""))
 
 
-STACK_ORDER = ("megatron-legacy", "megatron-core", "torchtitan", "fsdp", "nanotron", "deepspeed")
-"""Order in which stack patterns are tried (the legacy Megatron patterns are the narrower)."""
+STACK_ORDER = ("megatron-legacy", "megatron-bridge", "megatron-core", "torchtitan", "fsdp",
+               "nanotron", "deepspeed")
+"""Order in which stack patterns are tried (the narrower patterns first: legacy Megatron, then
+NVIDIA's tuned recipes before plain Megatron-Core)."""
 
 
 def _zero(row, assumptions: list[str]) -> int:

@@ -41,6 +41,7 @@ from ..units import GB, GiB
 from .conventions import measured_step_s
 from .derive import _job_overrides, _layout, _precision, _recompute, _stack, _zero, gpu_preset
 from .modelspec import RowSkip, _int, _num, model_from_row
+from .recipes import match as recipe_match
 
 REQUIRED_COLUMNS = ("gpu", "num_gpus", "seq_len", "gbs", "layers", "hidden", "heads", "vocab",
                     "precision")
@@ -163,6 +164,14 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
         assumptions.append("gpus_per_node not stated: 8")
     zero = _zero(row, assumptions)
     lay = _layout(row, n_gpus, gbs, zero, assumptions)
+    found_recipe = recipe_match(row, gpu, lay)
+    if found_recipe is not None:
+        # what the published recipe ran beyond the table's layout (`validation.recipes`)
+        assumptions.append(found_recipe.assumption())
+        if found_recipe.offload_layers and not lay.get("offload_layers"):
+            lay["offload_layers"] = found_recipe.offload_layers
+        if found_recipe.tp_comm_overlap is not None and "tp_comm_overlap" not in job:
+            job["tp_comm_overlap"] = found_recipe.tp_comm_overlap
     arch = build_arch(model)
     step, how = measured_step_s(row, arch, n_gpus, seq, gbs)
     if step is None and memory:
@@ -185,7 +194,16 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
         if split:
             lay["stage_layers"] = split
     rc = _recompute(row, assumptions)
-    if rc is None:
+    if rc is None and found_recipe is not None and found_recipe.recompute is not None:
+        rc = found_recipe.recompute
+        if found_recipe.recompute_layers:
+            lay["recompute_layers"] = found_recipe.recompute_layers
+        if found_recipe.recompute_modules:
+            lay["recompute_modules"] = found_recipe.recompute_modules
+    elif rc is None and problem.stack.unstated_recompute == "none" and model.moe is None:
+        rc = "none"
+        assumptions.append(f"recompute not stated: none (the {stack} recipes' default)")
+    elif rc is None:
         rc = _least_recompute_that_fits(problem, lay)
         assumptions.append(f"recompute not stated: {rc} (least that fits)")
     layout = Layout(**lay, recompute=rc)
