@@ -21,6 +21,7 @@ from ..specs.problem import Problem
 from ..units import MS
 from .arch import Arch
 from .comm import Collective, collective_time
+from .network import sizes as tier_sizes
 from .compute import attention_time, gemm_time, linear_time, memory_bound_time
 from .memory import layer_activation_bytes, stage_params
 from .offload import (activation_offload_time, moe_recomputed, offloaded_layers,
@@ -253,7 +254,7 @@ def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bw
 
 def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.ndarray]:
     """Time items (seconds per step) of the pacing stage, plus `step`, `stage` and `m`."""
-    groups = layout_groups(t, problem.cluster.nvlink_domain)
+    groups = layout_groups(t, tier_sizes(problem))
     m = micro_batches(problem.training.global_batch, t).astype(np.float64)
     pp, vp = t["pp"].astype(np.float64), t["vp"].astype(np.float64)
     tp, sp = t["tp"].astype(np.float64), t["sp"] == 1

@@ -108,6 +108,15 @@ class GPUSpec(Spec):
     """Scale-up (NVLink/xGMI) bandwidth per GPU, one direction, GB/s."""
     scaleup_domain: PositiveInt = 8
     """GPUs that share the scale-up fabric (8 for HGX boards, 72 for GB200 NVL72)."""
+    scaleup_fabric: Literal["switch", "mesh"] = "switch"
+    """How the scale-up links join the domain. `switch` (NVSwitch): each GPU's whole
+    `scaleup_gb_per_s` reaches any peer, so a group of any size inside the domain gets it.
+    `mesh` (point-to-point links, one per peer: AMD xGMI): `scaleup_gb_per_s` is the sum of the
+    domain - 1 links, and a group of g GPUs inside the domain uses only its g - 1 links."""
+    scaleup_spans_nodes: bool = False
+    """Whether the scale-up domain joins several nodes (GB200 NVL72: 18 trays of 4 GPUs behind
+    NVLink switches). False (HGX/DGX boards, MI300X platforms): NVLink stops at the node, so a
+    node of fewer GPUs than `scaleup_domain` is a domain of its own size."""
     nic_gbit_per_s: PositiveFloat
     """Scale-out network bandwidth per GPU, Gbit/s."""
     host_link_gb_per_s: PositiveFloat | None = None
@@ -183,9 +192,18 @@ class ClusterSpec(Spec):
 
     @property
     def nvlink_domain(self) -> int:
-        """GPUs reachable over the scale-up fabric from any GPU (at most the whole job)."""
-        domain = max(self.gpus_per_node, self.gpu.scaleup_domain)
-        return min(domain, self.n_gpus) if self.n_gpus >= self.gpus_per_node else self.n_gpus
+        """GPUs reachable over the scale-up fabric from any GPU (at most the whole job).
+
+        Node and domain are kept apart: on boards whose NVLink stops at the node
+        (`GPUSpec.scaleup_spans_nodes` false: HGX/DGX, MI300X) the domain is the node, at most
+        the GPU's `scaleup_domain` (a 4-GPU H100 node is a 4-GPU domain); where the domain joins
+        nodes (NVL72 racks of 4-GPU trays) it is the GPU's `scaleup_domain` in whole nodes."""
+        gpn, dom = self.gpus_per_node, self.gpu.scaleup_domain
+        if self.gpu.scaleup_spans_nodes and gpn < dom:
+            domain = dom // gpn * gpn
+        else:
+            domain = min(gpn, dom)
+        return min(domain, self.n_gpus)
 
     @property
     def intra_bytes_per_s(self) -> float:
