@@ -10,9 +10,10 @@ from pydantic import BaseModel, ConfigDict, create_model
 from .errors import SpecError
 from .specs import GPUSpec, Layout, ModelSpec, Profile
 from .specs.job import JobSpec
+from .specs.network import NetworkSpec
 from .specs.stack import StackSpec
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 """Version of the output schemas (`estimate`, `plan`, `capacity`). Version 2: field descriptions
 with units and a typed `problem` object in the plan output. Version 3: the job settings
 (`JobSpec`: stack, precision, dtypes, overlaps, overrides) in the estimate's `job` object and
@@ -25,6 +26,7 @@ parameter counts), memory as the allocator and nvidia-smi see it (`memory_gib.re
 Version 4: `layout.recompute_group` (uniform recompute groups), `layout.recompute_modules`
 (named-module selective recompute), `layout.offload_layers` (activation offload),
 `layout.optimizer_offload` (optimizer-state offload) and `time_s.offload`.
+Version 5: `job.network` (the network preset or file, `--network`).
 `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 
@@ -460,11 +462,13 @@ class CapacityOut(_Out):
 _SCHEMAS = {
     "estimate": EstimateOut, "plan": PlanOut, "capacity": CapacityOut, "model": ModelSpec,
     "gpu": GPUSpec, "profile": Profile, "layout": Layout, "stack": StackSpec, "job": JobSpec,
+    "network": NetworkSpec,
 }
 
 
 def schema_for(what: str) -> dict:
-    """JSON Schema of `what` (estimate, plan, capacity, model, gpu, profile, layout, stack, job)."""
+    """JSON Schema of `what` (estimate, plan, capacity, model, gpu, profile, layout, stack, job,
+    network)."""
     if what not in _SCHEMAS:
         raise SpecError(f"`schema` {what!r} unknown; choose one of {', '.join(_SCHEMAS)}")
     schema = _SCHEMAS[what].model_json_schema()

@@ -201,3 +201,23 @@ def bus_bandwidth(problem: Problem, op: Collective, nbytes, grp: Group, algorith
     t = algorithm_times(problem, op, nbytes, grp)[algorithm]
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(t > 0, factor * np.asarray(nbytes, dtype=np.float64) / t, 0.0)
+
+
+def nic_seconds(problem: Problem, op: Collective, nbytes, grp: Group) -> np.ndarray:
+    """Seconds one collective keeps each GPU's NIC (the first network tier) busy: the bytes a
+    rank sends out of its scale-up domain over the NIC's effective rate; 0 where the group stays
+    inside one domain. Other traffic on the same NICs waits for this (`cost.time`: the DP
+    reduction hides only in the NIC time the EP all-to-alls leave; reference §5.6)."""
+    tl = tiers(problem)
+    n = np.asarray(grp.size, dtype=np.float64)
+    S = np.asarray(nbytes, dtype=np.float64)
+    r0 = grp.ranks_in(0)
+    if op == Collective.ALL_TO_ALL:
+        out_bytes = (n - r0) / n * S
+    elif op == Collective.P2P:
+        out_bytes = S
+    else:  # ring: each rank's share of 2(n-1)/n or (n-1)/n of the buffer leaves over r0 NICs
+        phases = 2.0 if op == Collective.ALL_REDUCE else 1.0
+        out_bytes = phases * (n - 1.0) / n * S / r0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((grp.units(0) > 1) & (n > 1), out_bytes / tl[1].bw, 0.0)

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from ..specs.problem import Problem
 from ..units import US
 
@@ -39,25 +41,86 @@ class Tier:
     """On a point-to-point scale-up mesh, the links per GPU (domain - 1); 0 on a switch."""
     nvls_bw: float = 0.0
     """All-reduce bus bandwidth inside the domain with NVLink SHARP (0 where there is none)."""
+    spread: bool = False
+    """A job's nodes are spread over this tier's units (`TierSpec.placement`)."""
 
 
 def tiers(problem: Problem) -> tuple[Tier, ...]:
-    """The tiers of `problem`'s cluster, inside out: the scale-up domain, then the network."""
+    """The tiers of `problem`'s cluster, inside out: the scale-up domain, then the network's
+    layers (`ClusterSpec.network`; None: one flat network of the GPU's NICs). What a tier leaves
+    out is the GPU's and the profile's; `--intra-gbps` / `--inter-gbps` and the latency
+    overrides replace those defaults (the scale-up tier's, every network tier's)."""
     c, prof, gpu = problem.cluster, problem.profile, problem.cluster.gpu
+    spec = c.network.tiers if c.network is not None else None
+    first = spec[0] if spec else None
     mesh = gpu.scaleup_fabric == "mesh"
-    nvls = gpu.nvls and not mesh
-    hop_i = (c.intra_latency_us if c.intra_latency_us is not None else prof.latency_intra_hop_us) * US
-    hop_n = (c.inter_latency_us if c.inter_latency_us is not None else prof.latency_inter_hop_us) * US
-    scaleup = Tier(
-        name="scale-up", size=float(c.nvlink_domain), bw=c.intra_bytes_per_s * prof.scaleup_efficiency,
-        hop=hop_i, reduction="nvls" if nvls else "none",
+    reduction = first.reduction if first is not None and first.reduction is not None else (
+        "nvls" if gpu.nvls and not mesh else "none")
+    spec_bw = first.gb_per_s * 1e9 if first is not None and first.gb_per_s is not None else None
+    intra = spec_bw if spec_bw is not None and c.intra_gb_per_s is None else c.intra_bytes_per_s
+    eff = first.efficiency if first is not None and first.efficiency is not None else prof.scaleup_efficiency
+    hop_i = _hop(c.intra_latency_us, first.latency_us if first is not None else None,
+                 prof.latency_intra_hop_us)
+    out = [Tier(
+        name=first.name if first is not None else "nvlink", size=float(c.nvlink_domain),
+        bw=intra * eff, hop=hop_i, reduction=reduction,
         mesh_links=max(gpu.scaleup_domain - 1, 1) if mesh else 0,
-        nvls_bw=c.intra_bytes_per_s * prof.nvls_allreduce_factor if nvls else 0.0)
-    network = Tier(name="network", size=float("inf"), bw=c.inter_bytes_per_s * prof.nic_efficiency,
-                   hop=hop_n)
-    return scaleup, network
+        nvls_bw=intra * prof.nvls_allreduce_factor if reduction == "nvls" else 0.0)]
+    for t in (spec[1:] if spec else [None]):
+        bw = t.gb_per_s * 1e9 if t is not None and t.gb_per_s is not None and c.inter_gb_per_s is None \
+            else c.inter_bytes_per_s
+        eff = t.efficiency if t is not None and t.efficiency is not None else prof.nic_efficiency
+        out.append(Tier(
+            name=t.name if t is not None else "network",
+            size=float(t.size) if t is not None and t.size is not None else float("inf"),
+            bw=bw * eff, hop=_hop(c.inter_latency_us, t.latency_us if t is not None else None,
+                                  prof.latency_inter_hop_us),
+            oversubscription=t.oversubscription if t is not None else 1.0,
+            spread=t is not None and t.placement == "spread",
+            reduction=t.reduction or "none" if t is not None else "none"))
+    return tuple(out)
+
+
+def _hop(override, tier_value, default) -> float:
+    """Per-step latency in seconds: the job's override, else the tier's, else the profile's."""
+    for v in (override, tier_value, default):
+        if v is not None:
+            return float(v) * US
+    return 0.0
 
 
 def sizes(problem: Problem) -> tuple[float, ...]:
-    """Unit sizes of every tier but the last (which holds the whole job), for placement."""
-    return tuple(t.size for t in tiers(problem)[:-1])
+    """Unit sizes for placement (`placement.group`) of every tier but the last (which holds the
+    whole job). Where a job's nodes are spread over a tier's units, the units below it hold one
+    unit of the tier below them each, as far as the job is concerned: every hop crosses."""
+    tl = tiers(problem)
+    eff = [t.size for t in tl[:-1]]
+    for i in range(2, len(tl)):
+        if tl[i].spread:
+            eff[i - 1] = eff[i - 2]
+    return tuple(eff)
+
+
+TIER_GROUPS = {"tp": "TP", "cp": "CP", "dpcp": "DP", "ep": "EP", "edp": "expert DP", "pp": "PP"}
+"""Group kinds of `placement.layout_groups` and how outputs name them."""
+
+
+def outermost_tier(grp) -> np.ndarray:
+    """Index of the outermost tier each row's group crosses (0: inside one scale-up domain)."""
+    out = np.zeros_like(np.asarray(grp.size, dtype=np.float64), dtype=np.int64)
+    for i in range(1, len(grp.per_tier) + 1):
+        out = np.where(grp.units(i - 1) > 1, i, out)
+    return out
+
+
+def crossings(problem: Problem, t) -> dict[str, np.ndarray]:
+    """For a `LayoutTable` `t`: per group kind (`TIER_GROUPS`), the name of the outermost tier
+    its ranks cross, per row ('' where the group has one rank)."""
+    from ..placement import layout_groups
+
+    names = np.array([x.name for x in tiers(problem)], dtype=object)
+    out = {}
+    for kind, grp in layout_groups(t, sizes(problem)).items():
+        idx = outermost_tier(grp)
+        out[kind] = np.where(np.asarray(grp.size) > 1, names[idx], "")
+    return out

@@ -22,13 +22,14 @@ RESULT_COLUMNS = (
 )
 SWEEP_COLUMNS = PROBLEM_COLUMNS + LAYOUT_COLUMNS + RESULT_COLUMNS
 """The frozen column schema of `sweep` CSVs and `plan --format csv` (`SWEEP_SCHEMA_VERSION`)."""
-SWEEP_SCHEMA_VERSION = 4
+SWEEP_SCHEMA_VERSION = 5
 """Version 1: 42 columns. Version 2: + the job settings (stack, precision, grad_dtype, ...)
 after the problem columns. Version 3: + `optimizer_dtype`; `usable_fraction` empty = the fitted
 allocator margin; + mem_reserved_gib, mem_device_gib, mem_headroom_gib, mem_first_stage_gib,
 mem_last_stage_gib. Version 4: + `model_code`, `torch_compile`, `autocast` (what the model's code
 saves for backward) after `attention`; + time_offload_s (host-link transfers and CPU optimizer step of offloaded layouts)
-after time_optimizer_s; + `layout` (the full slug) after grad_accum."""
+after time_optimizer_s; + `layout` (the full slug) after grad_accum. Version 5: + `network` (the
+network preset or file) before `profile`."""
 
 
 def ranked_frame(result) -> pd.DataFrame:

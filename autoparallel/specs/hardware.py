@@ -11,6 +11,7 @@ from pydantic import (Field, NonNegativeFloat, PositiveFloat, PositiveInt, Valid
 from ..limits import MAX_GPUS
 
 from ._base import Spec
+from .network import NetworkSpec
 
 
 class Profile(Spec):
@@ -178,6 +179,9 @@ class ClusterSpec(Spec):
     """Override of the per-step latency inside the scale-up domain (microseconds)."""
     inter_latency_us: NonNegativeFloat | None = None
     """Override of the per-step latency across the network (microseconds)."""
+    network: NetworkSpec | None = None
+    """The network's tiers (`autoparallel presets networks`); None: two levels, the GPU's
+    scale-up domain and one flat network of its NICs."""
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
@@ -188,7 +192,30 @@ class ClusterSpec(Spec):
                 f"{self.n_gpus // self.gpus_per_node * self.gpus_per_node} or "
                 f"{(self.n_gpus // self.gpus_per_node + 1) * self.gpus_per_node}"
             )
+        if self.network is not None:
+            domain = self.nvlink_domain
+            first = self.network.tiers[0].size
+            if first is not None and first > self._board_domain():
+                raise ValueError(
+                    f"`network.tiers[0].size` = {first}: larger than the {self.gpu.name} scale-up "
+                    f"domain of {self._board_domain()} GPUs ({self.gpus_per_node} per node); a "
+                    "network tier cannot widen NVLink (leave it out for the GPU's domain)")
+            below = domain
+            for i, t in enumerate(self.network.tiers[1:-1], start=1):
+                if t.size % below:
+                    raise ValueError(
+                        f"`network.tiers[{i}].size` = {t.size} ({t.name}): not a whole number of "
+                        f"the {below}-GPU units below it (the {self.gpu.name} domain with "
+                        f"{self.gpus_per_node} GPUs per node is {domain}); choose a network whose "
+                        "units hold whole NVLink domains")
+                below = t.size
         return self
+
+    def _board_domain(self) -> int:
+        gpn, dom = self.gpus_per_node, self.gpu.scaleup_domain
+        if self.gpu.scaleup_spans_nodes and gpn < dom:
+            return dom // gpn * gpn
+        return min(gpn, dom)
 
     @property
     def nvlink_domain(self) -> int:
@@ -198,11 +225,9 @@ class ClusterSpec(Spec):
         (`GPUSpec.scaleup_spans_nodes` false: HGX/DGX, MI300X) the domain is the node, at most
         the GPU's `scaleup_domain` (a 4-GPU H100 node is a 4-GPU domain); where the domain joins
         nodes (NVL72 racks of 4-GPU trays) it is the GPU's `scaleup_domain` in whole nodes."""
-        gpn, dom = self.gpus_per_node, self.gpu.scaleup_domain
-        if self.gpu.scaleup_spans_nodes and gpn < dom:
-            domain = dom // gpn * gpn
-        else:
-            domain = min(gpn, dom)
+        domain = self._board_domain()
+        if self.network is not None and self.network.tiers[0].size is not None:
+            domain = min(domain, self.network.tiers[0].size)  # a partitioned domain (NVL4 of 72)
         return min(domain, self.n_gpus)
 
     @property
