@@ -307,3 +307,19 @@ def test_robustness_slows_every_network_tier():
         assert b.bw == pytest.approx(a.bw * (1 - NET_DROP), rel=1e-12)
     assert tiers(slow)[1].bw == pytest.approx(100e9 * 0.94 * 0.8, rel=1e-12)
     assert tiers(slow)[0].bw == tiers(p)[0].bw
+
+
+def test_ep64_alltoall_inside_an_nvl72_domain_costs_under_a_third_of_b200_nodes():
+    # issue 21: EP64 at TP1. Inside one NVL72 domain every byte moves over NVLink:
+    # 63/64 x S / (0.76 x 900 GB/s); on 8-GPU B200 nodes 56/64 of it leaves the node at one NIC
+    # per GPU (nccl-tests #267): 56/64 x S / (0.94 x 50 GB/s), about 13x longer
+    S = 1e9
+    nvl = make_problem("deepseek-v3", "gb200", 72, 4096, 72, gpus_per_node=4)
+    hgx = make_problem("deepseek-v3", "b200", 64, 4096, 64)
+    g_nvl = group(np.array([64.0]), np.array([1.0]), sizes(nvl))
+    g_hgx = group(np.array([64.0]), np.array([1.0]), sizes(hgx))
+    t_nvl = collective_time(nvl, Collective.ALL_TO_ALL, S, g_nvl)[0]
+    t_hgx = collective_time(hgx, Collective.ALL_TO_ALL, S, g_hgx)[0]
+    assert t_nvl == pytest.approx((14 + 63 * 1.9) * 1e-6 + 63 / 64 * S / (0.76 * 900e9), rel=1e-6)
+    assert t_hgx == pytest.approx((14 + 7 * 1.9 + 56 * 4) * 1e-6 + 56 / 64 * S / NIC, rel=1e-6)
+    assert t_nvl < t_hgx / 3
