@@ -88,7 +88,7 @@ def _crossings(tl: tuple[Tier, ...], grp: Group):
     return out
 
 
-def _ring_bus(tl, grp, r0, cross, ring0):
+def _ring_bus(tl, r0, cross, ring0):
     """Ring bus bandwidth: the slowest of the domain's ring and each crossed tier's share."""
     bus = np.where(r0 > 1, ring0, np.inf)
     for t, (crossed, _, below, _) in zip(tl[1:], cross):
@@ -107,10 +107,11 @@ def _ring_latency(tl, grp, cross, phases):
     return phases * lat
 
 
-def _tree_bus(tl, grp, r0, cross, intra, n):
+def _tree_bus(tl, r0, cross, intra, n):
     """Double-binary-tree bus bandwidth (all-reduce): min(NVLink part, each crossed tier's rate
-    x 2(n-1)/n / the tree's bytes per unit), the tree over the units of the tier below; with
-    InfiniBand SHARP on a tier the switches reduce and each unit sends the buffer once."""
+    x 2(n-1)/n / the tree's bytes per unit), the tree over the units of the tier below; from a
+    tier with InfiniBand SHARP outwards the switches reduce and each unit sends the buffer once
+    (NCCL CollNet)."""
     bus = np.where(r0 > 1, intra, np.inf)
     factor = 2.0 * (n - 1.0) / n
     sharp = np.zeros_like(n, dtype=bool)
@@ -159,14 +160,14 @@ def algorithm_times(problem: Problem, op: Collective, nbytes, grp: Group) -> dic
             nvls = ar and t0.reduction == "nvls"
             nvls_ok = (r0 > NVLS_MIN_GPUS) if nvls else np.zeros_like(r0, dtype=bool)
             # inside one domain an all-reduce of more than 4 GPUs runs NVLS at its measured rate
-            ring_bus = np.where(multi | ~nvls_ok, _ring_bus(tl, grp, r0, cross, ring0), t0.nvls_bw)
+            ring_bus = np.where(multi | ~nvls_ok, _ring_bus(tl, r0, cross, ring0), t0.nvls_bw)
             ring = base + _ring_latency(tl, grp, cross, phases) + factor * S / ring_bus
             out["ring"] = ring
             chosen = ring
             if ar:
                 intra = np.where(nvls_ok, t0.nvls_bw, ring0)  # NVLSTree where NVLS applies
                 tree = (base + _tree_latency(tl, grp, r0, cross)
-                        + factor * S / _tree_bus(tl, grp, r0, cross, intra, n))
+                        + factor * S / _tree_bus(tl, r0, cross, intra, n))
                 tree = np.where(multi, tree, np.inf)
                 out["tree"] = tree
                 chosen = np.minimum(ring, tree)

@@ -14,6 +14,7 @@ from typing import Literal
 
 import numpy as np
 
+from ..specs.network import TierSpec
 from ..specs.problem import Problem
 from ..units import US
 
@@ -45,39 +46,40 @@ class Tier:
     """A job's nodes are spread over this tier's units (`TierSpec.placement`)."""
 
 
+TWO_LEVELS = (TierSpec(name="nvlink"), TierSpec(name="network"))
+"""The default network: the GPU's scale-up domain and one flat network of its NICs."""
+
+
+def _given(value, default):
+    return default if value is None else value
+
+
 def tiers(problem: Problem) -> tuple[Tier, ...]:
     """The tiers of `problem`'s cluster, inside out: the scale-up domain, then the network's
-    layers (`ClusterSpec.network`; None: one flat network of the GPU's NICs). What a tier leaves
-    out is the GPU's and the profile's; `--intra-gbps` / `--inter-gbps` and the latency
-    overrides replace those defaults (the scale-up tier's, every network tier's)."""
+    layers (`ClusterSpec.network`; None: `TWO_LEVELS`). What a tier leaves out is the GPU's and
+    the profile's; `--intra-gbps` / `--inter-gbps` and the latency overrides replace the
+    scale-up tier's and every network tier's value."""
     c, prof, gpu = problem.cluster, problem.profile, problem.cluster.gpu
-    spec = c.network.tiers if c.network is not None else None
-    first = spec[0] if spec else None
+    first, *rest = c.network.tiers if c.network is not None else TWO_LEVELS
     mesh = gpu.scaleup_fabric == "mesh"
-    reduction = first.reduction if first is not None and first.reduction is not None else (
-        "nvls" if gpu.nvls and not mesh else "none")
-    spec_bw = first.gb_per_s * 1e9 if first is not None and first.gb_per_s is not None else None
-    intra = spec_bw if spec_bw is not None and c.intra_gb_per_s is None else c.intra_bytes_per_s
-    eff = first.efficiency if first is not None and first.efficiency is not None else prof.scaleup_efficiency
-    hop_i = _hop(c.intra_latency_us, first.latency_us if first is not None else None,
-                 prof.latency_intra_hop_us)
+    reduction = _given(first.reduction, "nvls" if gpu.nvls and not mesh else "none")
+    intra = c.intra_bytes_per_s if c.intra_gb_per_s is not None or first.gb_per_s is None \
+        else first.gb_per_s * 1e9
     out = [Tier(
-        name=first.name if first is not None else "nvlink", size=float(c.nvlink_domain),
-        bw=intra * eff, hop=hop_i, reduction=reduction,
-        mesh_links=max(gpu.scaleup_domain - 1, 1) if mesh else 0,
+        name=first.name, size=float(c.nvlink_domain),
+        bw=intra * _given(first.efficiency, prof.scaleup_efficiency),
+        hop=_hop(c.intra_latency_us, first.latency_us, prof.latency_intra_hop_us),
+        reduction=reduction, mesh_links=max(gpu.scaleup_domain - 1, 1) if mesh else 0,
         nvls_bw=intra * prof.nvls_allreduce_factor if reduction == "nvls" else 0.0)]
-    for t in (spec[1:] if spec else [None]):
-        bw = t.gb_per_s * 1e9 if t is not None and t.gb_per_s is not None and c.inter_gb_per_s is None \
-            else c.inter_bytes_per_s
-        eff = t.efficiency if t is not None and t.efficiency is not None else prof.nic_efficiency
+    for t in rest:
+        bw = c.inter_bytes_per_s if c.inter_gb_per_s is not None or t.gb_per_s is None \
+            else t.gb_per_s * 1e9
         out.append(Tier(
-            name=t.name if t is not None else "network",
-            size=float(t.size) if t is not None and t.size is not None else float("inf"),
-            bw=bw * eff, hop=_hop(c.inter_latency_us, t.latency_us if t is not None else None,
-                                  prof.latency_inter_hop_us),
-            oversubscription=t.oversubscription if t is not None else 1.0,
-            spread=t is not None and t.placement == "spread",
-            reduction=t.reduction or "none" if t is not None else "none"))
+            name=t.name, size=float(_given(t.size, float("inf"))),
+            bw=bw * _given(t.efficiency, prof.nic_efficiency),
+            hop=_hop(c.inter_latency_us, t.latency_us, prof.latency_inter_hop_us),
+            oversubscription=t.oversubscription, reduction=_given(t.reduction, "none"),
+            spread=t.placement == "spread"))
     return tuple(out)
 
 
