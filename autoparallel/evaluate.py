@@ -305,7 +305,8 @@ def _layout_error(problem: Problem, lay: Layout, flags: int) -> str:
     if flags & Reject.TP_NODE:
         lines.append(
             f"`tp` = {lay.tp} does not fit inside one NVLink domain of {c.nvlink_domain} GPUs; "
-            "use tp <= gpus per node (a divisor of it) or allow TP across nodes"
+            "use a tp that divides the domain, or allow TP across nodes "
+            "(--allow-tp-across-nodes prices it on the network)"
         )
     for extra in explain(flags & int(Reject.EP_NODE)):
         lines.append(extra)

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .errors import SpecError, format_validation_error
-from .presets import load_gpu, load_model, load_profile, load_stack
+from .presets import load_gpu, load_model, load_network, load_profile, load_stack
 from .specs import ClusterSpec, GPUSpec, ModelSpec, Problem, Profile, TrainingSpec
 from .specs.job import JOB_FIELDS, JobSpec, job_flag
 from .specs.precision import RECIPES, supported, supported_names
@@ -80,6 +80,7 @@ def make_problem(
             gpu=gpu_spec, n_gpus=n_gpus, gpus_per_node=gpus_per_node,
             intra_gb_per_s=resolved.intra_gbps, inter_gb_per_s=resolved.inter_gbps,
             intra_latency_us=resolved.intra_latency_us, inter_latency_us=resolved.inter_latency_us,
+            network=load_network(resolved.network) if resolved.network is not None else None,
         )
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, "cluster")) from None

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, create_model
 from .errors import SpecError
 from .specs import GPUSpec, Layout, ModelSpec, Profile
 from .specs.job import JobSpec
+from .specs.network import NetworkSpec
 from .specs.stack import StackSpec
 
 SCHEMA_VERSION = "5"
@@ -28,7 +29,8 @@ Version 4: `layout.recompute_group` (uniform recompute groups), `layout.recomput
 `time_s.pp_comm` also holds the tied-embedding gradient all-reduce between the first and last
 pipeline stage; `layout.split` (even, balanced or custom stage split) and `notes` (what the estimate filled in,
 such as the balanced split of a layout whose pp x vp does not divide the layers);
-`job.fp8_param_gather` (low-precision weights kept and all-gathered in the recipe's format).
+`job.fp8_param_gather` (low-precision weights kept and all-gathered in the recipe's format);
+`job.network` (the network preset or file, `--network`).
 `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 
@@ -472,11 +474,13 @@ class CapacityOut(_Out):
 _SCHEMAS = {
     "estimate": EstimateOut, "plan": PlanOut, "capacity": CapacityOut, "model": ModelSpec,
     "gpu": GPUSpec, "profile": Profile, "layout": Layout, "stack": StackSpec, "job": JobSpec,
+    "network": NetworkSpec,
 }
 
 
 def schema_for(what: str) -> dict:
-    """JSON Schema of `what` (estimate, plan, capacity, model, gpu, profile, layout, stack, job)."""
+    """JSON Schema of `what` (estimate, plan, capacity, model, gpu, profile, layout, stack, job,
+    network)."""
     if what not in _SCHEMAS:
         raise SpecError(f"`schema` {what!r} unknown; choose one of {', '.join(_SCHEMAS)}")
     schema = _SCHEMAS[what].model_json_schema()

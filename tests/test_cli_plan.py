@@ -18,13 +18,13 @@ P70 = ["--model", "llama3-70b", "--gpu", "h100", "--gpus", "64", "--seq-len", "8
        "--global-batch", "512"]
 
 # The frozen sweep/plan CSV schema (version 2: + the job settings; 4: + model_code, torch_compile,
-# autocast, layout (the full slug), time_offload_s; 5: + fp8_param_gather). Changing it breaks users'
+# autocast, layout (the full slug), time_offload_s; 5: + fp8_param_gather, network). Changing it breaks users'
 # notebooks: add a column only with a schema version bump and a note in the README.
 FROZEN_SWEEP_COLUMNS = [
     "model", "gpu", "n_gpus", "gpus_per_node", "seq_len", "global_batch",
     "stack", "precision", "grad_dtype", "grad_reduce_dtype", "optimizer_dtype", "attention", "model_code", "torch_compile", "autocast", "tp_comm_overlap",
     "fp8_param_gather", "usable_fraction", "intra_gbps", "inter_gbps", "intra_latency_us", "inter_latency_us",
-    "profile",
+    "network", "profile",
     "dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch", "grad_accum",
     "layout",
     "rank",

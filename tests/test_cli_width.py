@@ -90,6 +90,9 @@ def test_presets_models_names_whole_at_80_columns():
     assert _widest(r.stdout) <= 80
     r = _cli(80, "presets", "gpus")
     assert "a100-40gb" in r.stdout and _widest(r.stdout) <= 80
+    r = _cli(80, "presets", "networks")
+    assert "dgx-h100-superpod" in r.stdout and "leaf 256 > spine 2048" in r.stdout
+    assert _widest(r.stdout) <= 80
 
 
 def test_validate_tables_readable_at_80_columns():

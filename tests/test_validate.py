@@ -320,3 +320,22 @@ def test_v100_refuses_bf16_and_runs_fp16():
     p = make_problem("llama3-8b", "v100-32gb", 8, seq_len=2048, global_batch=64, precision="fp16",
                      stack="megatron-legacy")
     assert p.cluster.gpu.bf16_tflops == 125 and not p.cluster.gpu.bf16
+
+
+def test_row_network_as_the_source_states_it():
+    # BLOOM on Jean Zay: "Omni-Path (4 OPA links)" per node = 4 x 100 Gb/s for 8 A100s, a quarter
+    # of the DGX A100 preset's 200 Gb/s per GPU (BigScience tr11 README); rows that state the
+    # preset's own fabric (llm-foundry's 1600 Gbps RoCE = 8 x 200) change nothing
+    from autoparallel.data import PUBLISHED_RUNS
+    from autoparallel.validation.derive import network_gbps
+    from autoparallel.validation.runs import load_cases, read_runs
+
+    assert network_gbps({"inter_node_network": "Omni-Path (4 OPA links)"}, 8) == 4 * 100 / 8 / 8
+    assert network_gbps({"inter_node_network": "1600 Gbps node-node RoCE"}, 8) == 200 / 8
+    assert network_gbps({"inter_node_network": "8x 200 Gb/s HDR InfiniBand per node"}, 8) == 25
+    assert network_gbps({"inter_node_network": "RDMA 400 Gb/s per GPU"}, 8) == 50
+    assert network_gbps({"inter_node_network": "HDR InfiniBand"}, 8) is None
+    frame = read_runs(PUBLISHED_RUNS)
+    cases, _ = load_cases(frame[frame["source_key"].isin(["bloom_final", "llmfoundry_mpt"])].head(12))
+    stated = {c.source: c.job.get("inter_gbps") for c in cases}
+    assert stated == {"bloom_final": 6.25, "llmfoundry_mpt": None}

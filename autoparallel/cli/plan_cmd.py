@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 
 from ..errors import InfeasibleError, SpecError
-from ..search.explain import largest_costs, nothing_fits_message, versus, why_first
+from ..search.explain import (largest_costs, nothing_fits_message, tier_crossings, versus,
+                              why_first)
 from ..search.plan import plan
 from ..search.robust import RANK_BY, why_recommended
 from . import app
@@ -24,7 +25,8 @@ def print_plan(result, console: Console, vs=None) -> None:
     d = result.problem.describe()
     params = params_label(build_arch(result.problem.model).param_counts())
     console.print(
-        f"[b]{d['model']}[/b] ({params}) on {d['n_gpus']} x {d['gpu']} ({d['gpus_per_node']} per node), "
+        f"[b]{d['model']}[/b] ({params}) on {d['n_gpus']} x {d['gpu']} ({d['gpus_per_node']} per node"
+        f"{', network ' + str(d['network']) if d.get('network') else ''}), "
         f"seq {d['seq_len']}, global batch {d['global_batch']}: {result.n_layouts:,} layouts, "
         f"{result.n_valid:,} pass the rules, {result.n_fit:,} fit "
         f"({result.search_s * 1e3:.0f} ms)"
@@ -51,6 +53,7 @@ def print_plan(result, console: Console, vs=None) -> None:
         console.print(f"[dim]bands: {band['note']} ({', '.join(band['step_sources']) or 'none'}); "
                       "docs/validation.md#error-bands[/dim]")
     console.print(f"#1 largest costs: {largest_costs(result.ranked, 0)}")
+    console.print(f"#1 groups by the outermost tier they cross: {tier_crossings(result.ranked, 0)}")
     if vs is not None:
         console.print(f"versus {versus(result, vs)}")
     if result.reject_counts:

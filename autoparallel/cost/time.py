@@ -20,7 +20,8 @@ from ..specs.precision import recipe
 from ..specs.problem import Problem
 from ..units import MS
 from .arch import Arch
-from .comm import Collective, collective_time
+from .comm import Collective, collective_time, nic_seconds
+from .network import sizes as tier_sizes
 from .compute import ATTN_BWD, attention_time, gemm_time, linear_time, memory_bound_time
 from .memory import layer_activation_bytes, stage_params
 from .offload import (activation_offload_time, moe_recomputed, offloaded_layers,
@@ -138,14 +139,17 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
         b = (cp - 1) * _hidden_cost(prof, 2.0 * step, ATTN_BWD * attn_f / cp)
         return np.where(cp > 1, f * (1.0 + full) + b, 0.0)
 
-    a2a = collective_time(
-        problem, Collective.ALL_TO_ALL, 2.0 * arch.top_k * T / tp * arch.hidden, groups["ep"])
+    a2a_bytes = 2.0 * arch.top_k * T / tp * arch.hidden
+    a2a = collective_time(problem, Collective.ALL_TO_ALL, a2a_bytes, groups["ep"])
+    # NIC time of one all-to-all, which the data-parallel reduction cannot use (`_dp_exposed`)
+    a2a_nic = nic_seconds(problem, Collective.ALL_TO_ALL, a2a_bytes, groups["ep"])
     ep_share = _exposed_share(prof, prof.ep_overlap)
     sch = t["sch"]
     if np.any(sch >= 4):
         # DualPipe(V) overlaps one micro-batch's all-to-all with another's compute (DeepSeek-V3
         # report §3.2.1): the all-to-all is hidden, at the SMs it takes (`overlap_sm_fraction`)
         ep_share = np.where(sch >= 4, prof.overlap_sm_fraction, ep_share)
+    ep_hidden = np.where(sch >= 4, 1.0, prof.ep_overlap)  # share of the all-to-alls hidden
 
     # output layer + vocab-parallel cross-entropy on the last stage
     V = arch.vocab
@@ -197,6 +201,12 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
                            * ep_share),
             off=parts["dense"]["off"] + parts["moe"]["off"],
             wgrad=parts["dense"]["wgrad"] + parts["moe"]["wgrad"] + st.output * logits_gemm,
+            # NIC time of the all-to-alls hidden behind compute per micro-batch (2 per MoE layer
+            # forward, 2 backward, +2 for a recomputed forward): the exposed ones run between
+            # compute kernels, the hidden ones share the NICs with the DP traffic
+            nic_fwd=st.n_moe * 2.0 * a2a_nic * ep_hidden,
+            nic_bwd=st.n_moe * (2.0 + 2.0 * (st.recomputed + (moe_again if named else 0.0)))
+            * a2a_nic * ep_hidden,
             stage=st,
         )
     return out
@@ -248,9 +258,13 @@ def _hidden_cost(prof, comm, window):
     return exposed + prof.overlap_sm_fraction * (comm - exposed)
 
 
-def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bwd, m):
+def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bwd, m,
+                nic_fwd=0.0, nic_bwd=0.0):
     """Exposed data-parallel communication seconds per step for one stage (reference §5.5-5.6),
-    plus the compute slowdown of the hidden part."""
+    plus the compute slowdown of the hidden part. Concurrent collectives on the same links share
+    them (reference §5.6): where the DP group and the EP all-to-alls both leave the scale-up
+    domain, the DP traffic hides only in the NIC time the all-to-alls of that forward
+    (`nic_fwd`) or backward (`nic_bwd`) leave free."""
     gb = float(problem.training.grad_reduce_bytes)
     prof = problem.profile
     ov = prof.dp_overlap
@@ -271,10 +285,13 @@ def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bw
         tail_ar = collective_time(problem, Collective.ALL_REDUCE, gb * bucket, grp)
         tail = collective_time(problem, Collective.REDUCE_SCATTER, gb * bucket, grp)
         hide = lambda comm, window: _hidden_cost(prof, comm, ov * window)  # noqa: E731
-        z0 = hide(ar, bwd) + np.where(ar > 0, tail_ar, 0.0)
-        z1 = hide(rs, bwd) + hide(ag, fwd) + np.where(rs > 0, tail, 0.0)
-        z2 = m * hide(rs, bwd) + hide(ag, fwd) + np.where(rs > 0, tail, 0.0)
-        z3 = m * (hide(ag, fwd) + hide(ag + rs, bwd))
+        shared = grp.units(0) > 1  # the DP traffic uses the NICs the all-to-alls use
+        f_win = np.where(shared, np.maximum(fwd - nic_fwd, 0.0), fwd)
+        b_win = np.where(shared, np.maximum(bwd - nic_bwd, 0.0), bwd)
+        z0 = hide(ar, b_win) + np.where(ar > 0, tail_ar, 0.0)
+        z1 = hide(rs, b_win) + hide(ag, f_win) + np.where(rs > 0, tail, 0.0)
+        z2 = m * hide(rs, b_win) + hide(ag, f_win) + np.where(rs > 0, tail, 0.0)
+        z3 = m * (hide(ag, f_win) + hide(ag + rs, b_win))
         # a group with nothing to reduce (a dense model's experts) launches no collective
         total = total + np.where(psi > 0, np.choose(zero, [z0, z1, z2, z3]), 0.0)
     return total
@@ -291,13 +308,13 @@ def tied_embedding_allreduce(problem: Problem, arch: Arch, t: LayoutTable) -> np
     tp, cp, dp, pp = (t[k].astype(np.float64) for k in ("tp", "cp", "dp", "pp"))
     nbytes = float(problem.training.grad_bytes) * arch.p_embed / tp
     pair = group(np.where(pp > 1, 2.0, 1.0), tp * cp * dp * np.maximum(pp - 1.0, 1.0),
-                 problem.cluster.nvlink_domain)
+                 tier_sizes(problem))
     return np.where(pp > 1, collective_time(problem, Collective.ALL_REDUCE, nbytes, pair), 0.0)
 
 
 def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.ndarray]:
     """Time items (seconds per step) of the pacing stage, plus `step`, `stage` and `m`."""
-    groups = layout_groups(t, problem.cluster.nvlink_domain)
+    groups = layout_groups(t, tier_sizes(problem))
     m = micro_batches(problem.training.global_batch, t).astype(np.float64)
     pp, vp = t["pp"].astype(np.float64), t["vp"].astype(np.float64)
     tp, sp = t["tp"].astype(np.float64), t["sp"] == 1
@@ -314,7 +331,8 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
     items_by_stage = []
     for name, v in per_stage.items():
         dense, expert = stage_params(arch, t, v["stage"])
-        dp = _dp_exposed(problem, t, groups, dense, expert, v["fwd"], v["bwd"], m)
+        dp = _dp_exposed(problem, t, groups, dense, expert, v["fwd"], v["bwd"], m,
+                         v["nic_fwd"], v["nic_bwd"])
         shard = dense / np.where(zero >= 1, d, 1.0) + expert / np.where(zero >= 1, d_e, 1.0)
         opt = memory_bound_time(problem, shard * (ADAM_BYTES + gb))
         off = m * v["off"]

@@ -29,7 +29,8 @@ allocator margin; + mem_reserved_gib, mem_device_gib, mem_headroom_gib, mem_firs
 mem_last_stage_gib. Version 4: + `model_code`, `torch_compile`, `autocast` (what the model's code
 saves for backward) after `attention`; + time_offload_s (host-link transfers and CPU optimizer step of offloaded layouts)
 after time_optimizer_s; + `layout` (the full slug) after grad_accum. Version 5: +
-`fp8_param_gather` after `tp_comm_overlap`."""
+`fp8_param_gather` after `tp_comm_overlap`, + `network` (the network preset or file) before
+`profile`."""
 
 
 def ranked_frame(result) -> pd.DataFrame:

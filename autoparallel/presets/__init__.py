@@ -17,11 +17,12 @@ from pydantic import ValidationError
 from ..errors import SpecError, format_validation_error
 from ..specs.hardware import GPUSpec, Profile
 from ..specs.model import ModelSpec
+from ..specs.network import NetworkSpec
 from ..specs.stack import StackSpec
 from .hf import hf_config_to_model_dict, is_hf_config, size_name, text_model_config
 
-__all__ = ["list_models", "list_gpus", "list_stacks", "load_model", "load_gpu", "load_stack",
-           "load_profile", "read_table"]
+__all__ = ["list_models", "list_gpus", "list_stacks", "list_networks", "load_model", "load_gpu",
+           "load_stack", "load_network", "load_profile", "read_table"]
 
 
 def _names(kind: str) -> list[str]:
@@ -42,6 +43,11 @@ def list_gpus() -> list[str]:
 def list_stacks() -> list[str]:
     """Names of the packaged software-stack presets."""
     return _names("stacks")
+
+
+def list_networks() -> list[str]:
+    """Names of the packaged network presets."""
+    return _names("networks")
 
 
 MAX_NESTING = 32
@@ -100,7 +106,7 @@ def _unknown(kind: str, ref: str, names: list[str]) -> SpecError:
 def _resolve(kind: str, ref: str, names: list[str]) -> tuple[dict, str]:
     """Return (raw dict, source label) for a preset name or a file path."""
     if ref in names:
-        folder = {"model": "models", "gpu": "gpus", "stack": "stacks"}[kind]
+        folder = {"model": "models", "gpu": "gpus", "stack": "stacks", "network": "networks"}[kind]
         text = (resources.files(__package__) / folder / f"{ref}.toml").read_text(encoding="utf-8")
         return tomllib.loads(text), f"preset {ref}"
     path = Path(ref)
@@ -162,6 +168,21 @@ def load_stack(ref: str | StackSpec) -> StackSpec:
         return StackSpec.validate_strict(data)
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, f"stack ({source})")) from None
+
+
+def load_network(ref: str | NetworkSpec) -> NetworkSpec:
+    """A `NetworkSpec` from a preset name or a TOML/JSON file."""
+    if isinstance(ref, NetworkSpec):
+        return ref
+    names = list_networks()
+    key = str(ref).lower() if str(ref).lower() in names else str(ref)
+    data, source = _resolve("network", key, names)
+    if source != f"preset {key}":
+        data.setdefault("name", Path(str(ref)).stem)
+    try:
+        return NetworkSpec.validate_strict(data)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, f"network ({source})")) from None
 
 
 def load_profile(path: str | Path, base: Profile | None = None) -> Profile:

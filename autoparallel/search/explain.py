@@ -29,6 +29,17 @@ def largest_costs(ev: Evaluation, i: int, k: int = 3) -> str:
             f"memory: {_largest(mems, float(ev.memory['total'][i]) / GiB, k, 'GiB', '.1f')}")
 
 
+def tier_crossings(ev: Evaluation, i: int) -> str:
+    """'TP nvlink, CP leaf, DP spine, PP spine': for row `i`, the outermost network tier each of
+    its parallel groups crosses (`cost.network.crossings`; groups of one rank left out)."""
+    from ..cost.network import TIER_GROUPS, crossings
+
+    found = crossings(ev.problem, ev.table.take(np.array([i])))
+    skip = set() if ev.arch.n_experts else {"ep", "edp"}
+    parts = [f"{TIER_GROUPS[k]} {v[0]}" for k, v in found.items() if v[0] and k not in skip]
+    return ", ".join(parts) or "every group inside one GPU"
+
+
 def why_first(ev: Evaluation) -> str:
     """One line on why rank 1 beats rank 2."""
     if len(ev) < 2:

@@ -56,15 +56,26 @@ ROBUSTNESS_KEYS = ("score", "penalty", "net_sensitivity", "gemm_sensitivity", "e
 def perturbed_steps(ev: Evaluation) -> tuple[np.ndarray, np.ndarray]:
     """Step seconds of every row with the network 20 % slower, and with GEMMs 10 % slower."""
     p = ev.problem
-    c = p.cluster
-    slow_net = p.model_copy(update={"cluster": c.model_copy(
-        update={"inter_gb_per_s": c.inter_bytes_per_s * (1 - NET_DROP) / 1e9})})
+    slow_net = p.model_copy(update={"cluster": _slower_network(p.cluster)})
     slow_gemm = p.model_copy(update={"profile": p.profile.model_copy(
         update={"gemm_efficiency": p.profile.gemm_efficiency * (1 - GEMM_DROP)})})
     with np.errstate(divide="ignore", invalid="ignore"):
         net = time_ledger(slow_net, ev.arch, ev.table)["step"]
         gemm = time_ledger(slow_gemm, ev.arch, ev.table)["step"]
     return net, gemm
+
+
+def _slower_network(c):
+    """The cluster with every network tier (above the scale-up domain) `NET_DROP` slower."""
+    if c.network is None:
+        return c.model_copy(update={"inter_gb_per_s": c.inter_bytes_per_s * (1 - NET_DROP) / 1e9})
+    nic = c.inter_bytes_per_s / 1e9  # the override where given, else the GPU's NIC
+    tiers = [c.network.tiers[0]] + [
+        t.model_copy(update={"gb_per_s": (t.gb_per_s if t.gb_per_s is not None and
+                                          c.inter_gb_per_s is None else nic) * (1 - NET_DROP)})
+        for t in c.network.tiers[1:]]
+    return c.model_copy(update={"inter_gb_per_s": None,
+                                "network": c.network.model_copy(update={"tiers": tiers})})
 
 
 def robustness(ev: Evaluation, comm_share: np.ndarray) -> dict[str, np.ndarray]:

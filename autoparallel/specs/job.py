@@ -56,6 +56,8 @@ class JobSpec(Spec):
     """Override of the per-step collective latency inside the scale-up domain, microseconds."""
     inter_latency_us: NonNegativeFloat | None = Field(None, **_cli("--inter-latency-us"))
     """Override of the per-step collective latency across the network, microseconds."""
+    network: str | None = Field(None, **_cli("--network"))
+    """Network preset (`autoparallel presets networks`) or a network TOML/JSON file: its tiers from the NVLink domain out (size, bandwidth, latency, oversubscription, in-network reduction); default: two levels, the GPU's NVLink domain and its NICs on one flat network."""
     profile: str | None = Field(None, **_cli("--profile"))
     """Efficiency profile TOML (from `autoparallel calibrate`) applied over the stack's."""
 

@@ -196,6 +196,30 @@ def _job_overrides(row, stack: str | None = None) -> dict:
     return out
 
 
+OMNI_PATH_GBIT = 100.0
+"""Line rate of one Intel Omni-Path (OPA 100 series) link, Gbit/s."""
+
+
+def network_gbps(row, gpus_per_node: int) -> float | None:
+    """Network bandwidth per GPU (GB/s, one direction) that a row's `inter_node_network` states,
+    or None where it gives no number: "8x 200 Gb/s HDR InfiniBand per node", "1600 Gbps
+    node-node RoCE" (per node), "RDMA 400 Gb/s per GPU", "Omni-Path (4 OPA links)" (BLOOM on
+    Jean Zay: 4 x 100 Gb/s per node). A run is priced on the fabric its source names."""
+    text = str(row.get("inter_node_network") or "").lower()
+    if not text or text == "nan":
+        return None
+    opa = re.search(r"\((\d+)\s*opa links?\)", text)
+    if opa:
+        return int(opa.group(1)) * OMNI_PATH_GBIT / 8.0 / gpus_per_node
+    rate = re.search(r"(?:(\d+)\s*x\s*)?(\d+(?:\.\d+)?)\s*(gb/s|gbps|gbit/s)", text)
+    if not rate:
+        return None
+    count = int(rate.group(1)) if rate.group(1) else 1
+    gbit = count * float(rate.group(2))
+    per_gpu = "per gpu" in text
+    return gbit / 8.0 if per_gpu else gbit / 8.0 / gpus_per_node
+
+
 def _eager_default(stack: str) -> bool:
     from ..presets import load_stack
 

@@ -31,6 +31,7 @@ from ..cost.arch import build_arch
 from ..errors import AutoParallelError, SpecError
 from ..evaluate import evaluate
 from ..layouts import LayoutTable
+from ..presets import load_gpu
 from ..problem import make_problem
 from ..rules import Reject, active_rules, reasons
 from ..specs.hardware import Profile
@@ -39,7 +40,8 @@ from ..specs.model import ModelSpec
 from ..specs.problem import Problem
 from ..units import GB, GiB
 from .conventions import measured_step_s
-from .derive import _job_overrides, _layout, _precision, _recompute, _stack, _zero, gpu_preset
+from .derive import (_job_overrides, _layout, _precision, _recompute, _stack, _zero, gpu_preset,
+                     network_gbps)
 from .modelspec import RowSkip, _int, _num, model_from_row
 from .recipes import match as recipe_match
 
@@ -162,6 +164,13 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
     if not gpn:
         gpn = min(8, n_gpus)
         assumptions.append("gpus_per_node not stated: 8")
+    net = network_gbps(row, gpn)
+    if net is not None and n_gpus > gpn:
+        preset = load_gpu(gpu).nic_gbit_per_s / 8.0
+        if abs(net - preset) > 1e-6 * preset:
+            job["inter_gbps"] = net
+            assumptions.append(f"network as the source states it: {net:g} GB/s per GPU "
+                               f"({gpu} preset {preset:g})")
     zero = _zero(row, assumptions)
     lay = _layout(row, n_gpus, gbs, zero, assumptions)
     found_recipe = recipe_match(row, gpu, lay)
