@@ -12,7 +12,7 @@ from .specs import GPUSpec, Layout, ModelSpec, Profile
 from .specs.job import JobSpec
 from .specs.stack import StackSpec
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 """Version of the output schemas (`estimate`, `plan`, `capacity`). Version 2: field descriptions
 with units and a typed `problem` object in the plan output. Version 3: the job settings
 (`JobSpec`: stack, precision, dtypes, overlaps, overrides) in the estimate's `job` object and
@@ -25,6 +25,9 @@ parameter counts), memory as the allocator and nvidia-smi see it (`memory_gib.re
 Version 4: `layout.recompute_group` (uniform recompute groups), `layout.recompute_modules`
 (named-module selective recompute), `layout.offload_layers` (activation offload),
 `layout.optimizer_offload` (optimizer-state offload) and `time_s.offload`.
+Version 5: `slug` (the layout's slug, as `--versus` and `export --layout` take it) and
+`memory_risk` (the memory band's upper end above the usable memory) per estimate and ranked
+layout, `robustness.memory_over`.
 `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 
@@ -231,12 +234,19 @@ class EstimateOut(_Out):
     """GPU preset name."""
     n_gpus: int
     """GPUs in the job."""
+    slug: str
+    """The layout's slug (`Layout.slug`), e.g. dp4-tp8-pp2-vp10-cp1-ep1-z1-rnone-sp-mb1: what
+    `plan --versus`, `export --layout` and `estimate --layout` take."""
     layout: LayoutOut
     """The layout, every axis explicit."""
     memory_gib: MemoryOut
     """Memory per GPU, GiB."""
     fits: bool
-    """Whether memory_gib.total <= memory_gib.usable."""
+    """Whether the fit figure (memory_gib.reserved; total with an explicit usable_fraction) is at
+    most memory_gib.usable."""
+    memory_risk: bool
+    """Whether memory_gib.total_high, the upper end of the memory band, exceeds
+    memory_gib.usable: the layout may run out of memory although its predicted peak fits."""
     time_s: TimeOut
     """Time per step, seconds."""
     mfu: float
@@ -263,7 +273,7 @@ class RobustnessOut(_Out):
     """step x (1 + penalty), seconds: the order of the tied group under `--rank-by robust`."""
     penalty: float
     """net_sensitivity + gemm_sensitivity + exposed_comm_share + 0.10 x memory_used
-    + 0.02 x (parallel_dims - 1) + 0.05 x (TP x EP across the scale-up domain)."""
+    + 0.02 x (parallel_dims - 1) + 0.05 x (TP x EP across the scale-up domain) + memory_over."""
     net_sensitivity: float
     """Step time with 20 % less scale-out bandwidth / step - 1."""
     gemm_sensitivity: float
@@ -276,6 +286,9 @@ class RobustnessOut(_Out):
     """How many of dp, tp, pp, cp, ep exceed 1."""
     tp_ep_in_node: bool
     """Whether tp x ep fits in the scale-up domain."""
+    memory_over: float
+    """max(0, memory_gib.total_high / memory_gib.usable - 1): how far the memory band reaches
+    past the usable memory (a term of the penalty)."""
 
 
 class RankedOut(EstimateOut):

@@ -8,8 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ..presets import list_gpus, list_models, list_stacks, load_gpu, load_model, load_stack
-from . import app
+from . import command
 from .render import fitted_table, make_console, stacked_table
 
 
@@ -19,12 +18,13 @@ class PresetKind(StrEnum):
     stacks = "stacks"
 
 
-@app.command("presets")
+@command("presets")
 def presets_command(
-    kind: Annotated[PresetKind, typer.Argument(help="models, gpus or stacks")] = PresetKind.models,
+    kind: Annotated[PresetKind, typer.Argument(help="Which presets.", metavar="models|gpus|stacks")] = PresetKind.models,
 ) -> None:
     """List the built-in model, GPU or software-stack presets."""
     from ..cost.arch import build_arch
+    from ..presets import list_gpus, list_models, list_stacks, load_gpu, load_model, load_stack
 
     console = make_console()
     if kind == PresetKind.models:
@@ -61,9 +61,9 @@ def presets_command(
     console.print(table)
 
 
-@app.command("schema")
+@command("schema")
 def schema_command(
-    what: Annotated[str, typer.Argument(help="estimate | plan | capacity | model | gpu | profile | layout")],
+    what: Annotated[str, typer.Argument(help="An output (estimate, plan, capacity) or an input (model, gpu, profile, layout, stack, job).", metavar="WHAT")],
 ) -> None:
     """Print the JSON Schema of an input spec or of a JSON output."""
     from ..schema import schema_for

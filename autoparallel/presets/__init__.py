@@ -74,13 +74,14 @@ def read_table(path: Path) -> dict:
     if _depth(text) > MAX_NESTING:
         raise SpecError(f"{path}: nested more than {MAX_NESTING} levels deep; a spec file is a "
                         "few tables deep")
+    kind = "JSON" if path.suffix.lower() == ".json" else "TOML"
     try:
-        if path.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            data = tomllib.loads(text)
+        data = json.loads(text) if kind == "JSON" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise SpecError(f"{path}: not valid {path.suffix.lstrip('.').upper() or 'TOML'}: {exc}") from None
+        how = ("" if path.suffix.lower() in (".json", ".toml") else
+               f" (read as TOML: {path.suffix or 'no suffix'!r} is neither .toml nor .json)")
+        raise SpecError(f"{path}: not valid {kind}{how}: {exc}; give a .toml or .json spec "
+                        "file") from None
     except RecursionError:
         raise SpecError(f"{path}: nested too deeply to read (a spec file is a few tables deep)") from None
     if not isinstance(data, dict):

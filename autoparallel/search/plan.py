@@ -193,9 +193,9 @@ def plan(
         survivors = survivors.take(np.flatnonzero(ok))
     bands = survivors.bands()
     tied = tied_with_first(bands.step_low, bands.step_high)
-    rob = robustness(survivors, bands.comm_share)
+    rob = robustness(survivors, bands)
     if rank_by == "robust":
-        order = robust_order(survivors.time["step"], tied, rob["score"])
+        order = robust_order(survivors.time["step"], tied, rob["score"], rob["memory_risk"])
         survivors = survivors.take(order)
         tied, rob = tied[order], {k: v[order] for k, v in rob.items()}
         bands = survivors.bands()

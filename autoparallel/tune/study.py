@@ -62,6 +62,9 @@ class TuneConfig:
     grace_period_s: int = 120
     max_retry: int = 3
     workdir: Path | None = None
+    """Per-trial logs and configs; None: a new temporary directory, removed at the end unless
+    `keep_workdir` (None: kept only when a trial of this run failed, so its logs can be read)."""
+    keep_workdir: bool | None = None
     env: Mapping[str, str] | None = None
 
 
