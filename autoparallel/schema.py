@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, create_model
 
 from .errors import SpecError
 from .specs import GPUSpec, Layout, ModelSpec, Profile
+from .specs.docstrings import DocstringFields
 from .specs.job import JobSpec
 from .specs.stack import StackSpec
 
@@ -32,8 +33,8 @@ layout, `robustness.memory_over`.
 version; changing an output model needs a new version and a new golden file."""
 
 
-class _Out(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+class _Out(DocstringFields, BaseModel):
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class LayoutOut(_Out):

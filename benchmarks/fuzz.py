@@ -1,7 +1,7 @@
 """Fuzz the CLI with generated bad input and count the outcomes (issue 13's done-when: >= 5,000
 inputs, 0 internal errors, 0 tracebacks, only one-line messages).
 
-    python benchmarks/fuzz.py                 # 1,000 examples per generator, 5 generators
+    python benchmarks/fuzz.py                 # 1,000 examples per generator, 6 generators
     python benchmarks/fuzz.py --per-kind 2000 --seed 7
 
 Generators and the pass criterion are those of the test suite (`tests/fuzzing.py`); every
@@ -31,7 +31,7 @@ def main() -> int:
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="autoparallel-fuzz-"))
     kinds = {"plan": F.plan_args(), "estimate": F.estimate_args(), "other": F.other_command_args(),
-             "files": F.file_case(tmp), "csv": F.csv_case(tmp)}
+             "files": F.file_case(tmp), "csv": F.csv_case(tmp), "values": F.new_value_args(tmp)}
     failures: collections.Counter = collections.Counter()
     example: dict = {}
     codes: collections.Counter = collections.Counter()

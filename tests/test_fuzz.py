@@ -58,6 +58,13 @@ def test_spec_files_and_hf_configs(tmp_path_factory, data):
 
 @FUZZ
 @given(st.data())
+def test_values_slugs_paths_and_regexes(tmp_path_factory, data):
+    tmp = tmp_path_factory.mktemp("fuzz")
+    _check(data.draw(F.new_value_args(tmp)))
+
+
+@FUZZ
+@given(st.data())
 def test_csv_cells(tmp_path_factory, data):
     tmp = tmp_path_factory.mktemp("fuzz")
     _check(data.draw(F.csv_case(tmp)))
@@ -90,7 +97,7 @@ def test_axis_filter_that_leaves_nothing_names_the_filter_and_what_works():
 
 def test_huge_gpu_count_is_refused_by_its_bound():
     _refused(["plan", "--model", "llama3-8b", "--gpu", "h100", "--gpus", str(10**18), "--seq-len",
-              "4096", "--global-batch", "64"], "n_gpus", "1048576")
+              "4096", "--global-batch", "64"], "`--gpus`", "1,048,576")
 
 
 def test_enumeration_beyond_the_limit_names_the_count_and_the_narrowing_options():

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import textwrap
 
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand, TyperGroup, TyperOption
 from typer.main import get_command_from_info
 
 PANEL_ORDER = ("Problem", "Layout", "Search", "Job", "Output")
@@ -187,8 +187,27 @@ def _console():
     return make_console()
 
 
+class _Option(TyperOption):
+    """A Typer option that builds its value converter only when it has a value: typer makes
+    a pydantic TypeAdapter per option on first use, and most of a command's options are
+    left out (None) in any one call. Same result as typer's (`coerce(None)` is None)."""
+
+    def process_value(self, ctx, value):
+        if (value is None and not self.required and self.callback is None
+                and not (self.multiple or self.nargs == -1)):
+            return None
+        return super().process_value(ctx, value)
+
+
 class HelpCommand(TyperCommand):
-    """A Typer command whose `--help` is `print_command_help`."""
+    """A Typer command whose `--help` is `print_command_help` (and whose unset options cost
+    nothing to parse, `_Option`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if type(param) is TyperOption:
+                param.__class__ = _Option
 
     def format_help(self, ctx, formatter) -> None:
         print_command_help(self, ctx, _console())
