@@ -243,6 +243,28 @@ def validate_command(
         console.print(f"plot -> {plot}")
 
 
+def _plausible(cases, gpus):
+    """The runs of `gpus` no faster than their GPUs' peak allows; a warning on stderr names
+    the others (`validation.plausible`), which no efficiency knob can explain."""
+    from ..validation.plausible import implied_mfu
+
+    keep, dropped = [], []
+    for c in cases:
+        if c.gpu in gpus:
+            mfu = implied_mfu(c.problem(), c.measured_step_s)
+            if mfu > 1:
+                dropped.append(f"{c.row_id} ({c.source}: {c.measured_step_s:.4g} s per step = "
+                               f"{mfu:.0%} MFU)")
+                continue
+        keep.append(c)
+    if dropped:
+        typer.echo(f"warning: {len(dropped)} run(s) left out of the fit: faster than their GPUs' "
+                   f"peak allows (more than 100 % MFU): {'; '.join(dropped[:5])}"
+                   + ("; ..." if len(dropped) > 5 else "") + "; check their step time or "
+                   "throughput columns", err=True)
+    return keep
+
+
 @command("calibrate")
 def calibrate_command(
     gpu: Annotated[str, typer.Option("--gpu", help="GPU preset whose runs are fitted (a chip's memory sizes together, e.g. a100-40gb and a100-80gb).", metavar="NAME")],
@@ -272,6 +294,7 @@ def calibrate_command(
     grp = (preset,) + tuple(g for g in group_of(preset) if g != preset)
     runs, _, cases, skipped = _load(runs, include_fp16, stack)
     stack_name = cases[0].stack if stack and cases else None
+    cases = _plausible(cases, grp)
     with working(f"fitting {', '.join(names)} to the runs of {', '.join(grp)}"):
         result, chosen = fit_group(cases, grp, knobs=names, loss=loss, prior_weight=prior_weight)
     console = _console()
@@ -279,10 +302,17 @@ def calibrate_command(
     t = Table(title=f"fitted knobs ({len(chosen)} runs of {', '.join(grp)})", title_justify="left")
     for col in ("knob", "reference", "fitted", "+- (runs alone)", "identified"):
         t.add_column(col, justify="right" if col != "knob" else "left")
+    from ..validation.calibrate import KNOBS
+    from ..validation.plausible import pinned
+
+    at_bound = pinned(result.knobs, {k: (lo, hi) for k, (lo, hi, _) in KNOBS.items()})
     for k, v in result.knobs.items():
+        mark = " (at a bound)" if any(line.startswith(f"{k} =") for line in at_bound) else ""
         t.add_row(k, f"{getattr(base, k):.4g}", f"{v:.4g}", f"{result.std[k]:.2g}",
-                  "yes" if result.identified(k) else "no (prior)")
+                  ("yes" if result.identified(k) else "no (prior)") + mark)
     console.print(t)
+    for line in at_bound:
+        typer.echo(f"warning: {line}", err=True)
     sources = sorted({c.source for c in chosen})
     in_sample = predict(chosen, {g: result.profile for g in grp})
     console.print(*summary_tables(summary(in_sample), "in-sample error (fitted on these runs)", console.width))
