@@ -146,7 +146,7 @@ def parse_duration(text: str | int | float, name: str, *, unit: str | None = "s"
                         + bare)
     seconds = float(m.group(1)) * SECONDS[(m.group(2) or unit).lower()]
     if not 0 < seconds < math.inf:
-        raise SpecError(f"`{name}` = {text!r}: must be longer than 0")
+        raise SpecError(f"`{name}` = {text!r}: must be positive (a duration longer than 0)")
     if high_s is not None and seconds > high_s:
         raise SpecError(f"`{name}` = {text!r}: longer than {format_duration(high_s)}, the "
                         "sanity bound; give a realistic duration")

@@ -81,21 +81,42 @@ def test_panels_come_from_the_declarations():
         assert layout_flag(name) in est["Layout"], name
 
 
-def test_top_level_help_lists_every_command_without_importing_them():
+HEAVY = ("numpy", "pandas", "optuna", "sqlalchemy", "matplotlib", "scipy", "pydantic", "yaml")
+
+
+def _loaded(argv: list[str]) -> tuple[str, list[str]]:
+    """(stdout, heavy top-level packages imported) of `autoparallel argv` in a fresh process."""
     import subprocess
     import sys
 
-    code = ("import sys; from autoparallel.cli import main; main(['--help']); "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('numpy', 'pandas', 'optuna', 'sqlalchemy', 'matplotlib', 'scipy', 'pydantic')"
-            " or m.startswith('autoparallel.cli.') and m.endswith('_cmd')))")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={"COLUMNS": "80", "PATH": ""}, timeout=120)
-    assert res.returncode == 0, res.stderr
-    loaded = res.stdout.strip().splitlines()[-1]
-    assert loaded == "[]", loaded
+    code = ("import sys; from autoparallel.cli import main; rc = main(sys.argv[1:]); "
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})) + "
+            "sorted(m for m in sys.modules if m.startswith('autoparallel.cli.') and "
+            "m.endswith('_cmd')), file=sys.stderr); sys.exit(rc)")
+    res = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                         env={"COLUMNS": "80", "PATH": ""}, timeout=300)
+    assert res.returncode in (0, 1), res.stderr
+    return res.stdout, eval(res.stderr.strip().splitlines()[-1])
+
+
+def test_top_level_help_lists_every_command_without_importing_them():
+    out, loaded = _loaded(["--help"])
+    assert loaded == [], loaded
     for name, entry in COMMANDS.items():
-        assert name in res.stdout and _flat(entry.summary)[:30] in _flat(res.stdout)
+        assert name in out and _flat(entry.summary)[:30] in _flat(out)
+
+
+@pytest.mark.parametrize("argv,allowed", [
+    (["plan", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq-len", "4096",
+      "--global-batch", "64"], {"numpy", "pydantic", "autoparallel.cli.plan_cmd"}),
+    (["estimate", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq-len", "4096",
+      "--global-batch", "64", "--tp", "2"], {"numpy", "pydantic", "autoparallel.cli.estimate_cmd"}),
+])
+def test_a_command_imports_only_what_it_uses(argv, allowed):
+    """A plan in memory needs no pandas, Optuna (no study was asked for), SQLAlchemy,
+    matplotlib, scipy or yaml, and no other command's module."""
+    _, loaded = _loaded(argv)
+    assert set(loaded) <= allowed, loaded
 
 
 def test_version():

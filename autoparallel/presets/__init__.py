@@ -6,7 +6,9 @@ A model may be a preset name, a TOML/JSON file with `ModelSpec` keys, or a Huggi
 
 from __future__ import annotations
 
+import copy
 import difflib
+import functools
 import json
 import tomllib
 from importlib import resources
@@ -25,8 +27,22 @@ __all__ = ["list_models", "list_gpus", "list_stacks", "load_model", "load_gpu", 
 
 
 def _names(kind: str) -> list[str]:
+    return list(_preset_names(kind))
+
+
+@functools.cache
+def _preset_names(kind: str) -> tuple[str, ...]:
+    """Names of the packaged presets of one kind (the folder is listed once per process)."""
     folder = resources.files(__package__) / kind
-    return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
+    return tuple(sorted(p.name[: -len(".toml")] for p in folder.iterdir()
+                        if p.name.endswith(".toml")))
+
+
+@functools.cache
+def _preset_table(folder: str, name: str) -> dict:
+    """A packaged preset's TOML, parsed once per process (callers get a copy)."""
+    return tomllib.loads((resources.files(__package__) / folder / f"{name}.toml")
+                         .read_text(encoding="utf-8"))
 
 
 def list_models() -> list[str]:
@@ -102,8 +118,7 @@ def _resolve(kind: str, ref: str, names: list[str]) -> tuple[dict, str]:
     """Return (raw dict, source label) for a preset name or a file path."""
     if ref in names:
         folder = {"model": "models", "gpu": "gpus", "stack": "stacks"}[kind]
-        text = (resources.files(__package__) / folder / f"{ref}.toml").read_text(encoding="utf-8")
-        return tomllib.loads(text), f"preset {ref}"
+        return copy.deepcopy(_preset_table(folder, ref)), f"preset {ref}"
     path = Path(ref)
     if path.suffix.lower() in {".toml", ".json"} or path.exists():
         if not path.exists():
@@ -112,6 +127,25 @@ def _resolve(kind: str, ref: str, names: list[str]) -> tuple[dict, str]:
     raise _unknown(kind, ref, names)
 
 
+def _preset_once(loader):
+    """`loader` with its results for preset names kept (specs are frozen; a file path is read
+    every time, it may change)."""
+    kind = loader.__name__.removeprefix("load_")
+    folder = {"model": "models", "gpu": "gpus", "stack": "stacks"}[kind]
+    cached = functools.cache(loader)
+
+    @functools.wraps(loader)
+    def load(ref):
+        if isinstance(ref, str):  # model names are exact, GPU and stack names any case
+            name = ref if kind == "model" else ref.lower()
+            if name in _preset_names(folder):
+                return cached(name)
+        return loader(ref)
+
+    return load
+
+
+@_preset_once
 def load_model(ref: str | ModelSpec) -> ModelSpec:
     """A `ModelSpec` from a preset name, a TOML/JSON file or a Hugging Face config.json."""
     if isinstance(ref, ModelSpec):
@@ -141,6 +175,7 @@ def load_model(ref: str | ModelSpec) -> ModelSpec:
     return model
 
 
+@_preset_once
 def load_gpu(ref: str | GPUSpec) -> GPUSpec:
     """A `GPUSpec` from a preset name or a TOML/JSON file."""
     if isinstance(ref, GPUSpec):
@@ -152,6 +187,7 @@ def load_gpu(ref: str | GPUSpec) -> GPUSpec:
         raise SpecError(format_validation_error(exc, f"gpu ({source})")) from None
 
 
+@_preset_once
 def load_stack(ref: str | StackSpec) -> StackSpec:
     """A `StackSpec` from a preset name or a TOML/JSON file."""
     if isinstance(ref, StackSpec):
