@@ -18,7 +18,7 @@ import sys
 
 @functools.cache
 def module_docstrings(filename: str) -> dict[str, dict[str, str]]:
-    """{class qualname: {attribute: docstring}} of every class in a source file."""
+    """{class qualname: {attribute: docstring as written}} of every class in a source file."""
     try:
         with open(filename, encoding="utf-8") as fh:
             tree = ast.parse(fh.read())
@@ -35,7 +35,7 @@ def module_docstrings(filename: str) -> dict[str, dict[str, str]]:
                     if (isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)
                             and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)
                             and isinstance(b.value.value, str)):
-                        docs[a.target.id] = inspect.cleandoc(b.value.value)
+                        docs[a.target.id] = b.value.value
                 out[name] = docs
                 visit(node.body, name + ".")
 
@@ -44,9 +44,12 @@ def module_docstrings(filename: str) -> dict[str, dict[str, str]]:
 
 
 def class_docstrings(cls: type) -> dict[str, str]:
-    """The attribute docstrings of `cls` and its bases (the nearest class wins)."""
+    """The attribute docstrings (as written) of `cls` and its bases that use this mixin (the
+    nearest class wins)."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
+        if not issubclass(klass, DocstringFields) or klass is DocstringFields:
+            continue
         module = sys.modules.get(getattr(klass, "__module__", ""), None)
         filename = getattr(module, "__file__", None)
         if filename:
@@ -64,4 +67,4 @@ class DocstringFields:
         docs = class_docstrings(cls)
         for name, field in cls.__pydantic_fields__.items():
             if field.description is None and name in docs:
-                field.description = docs[name]
+                field.description = inspect.cleandoc(docs[name])
