@@ -111,3 +111,21 @@ def test_calibrate_leaves_impossible_runs_out(tmp_path):
                 "--no-loso")
     assert r.returncode == 0, r.stderr
     assert "impossible" in r.stderr and "more than 100 % MFU" in r.stderr
+
+
+def test_a_profile_with_an_efficiency_at_peak_is_warned_about(tmp_path):
+    """The profile the issue's impossible calibration wrote: `plan --profile` says it cannot be
+    true instead of promising 78 % MFU silently."""
+    from conftest import run_cli
+
+    path = tmp_path / "p.toml"
+    path.write_text("[profile]\ngemm_efficiency = 0.9999999999999999\n"
+                    "step_overhead_ms = 2.5e-14\n")
+    r = run_cli("estimate", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq-len",
+                "4096", "--global-batch", "64", "--tp", "2", "--profile", path)
+    assert r.returncode == 0, r.stderr
+    assert "warning: profile" in r.stderr and "gemm_efficiency = 1: at the physical bound" in r.stderr
+    path.write_text("[profile]\ngemm_efficiency = 0.8\n")
+    r = run_cli("estimate", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq-len",
+                "4096", "--global-batch", "64", "--tp", "2", "--profile", path)
+    assert "warning" not in r.stderr

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..errors import SpecError, format_validation_error
+from ..errors import InputWarning, SpecError, format_validation_error
 from ..specs.hardware import GPUSpec, Profile
 from ..specs.model import ModelSpec
 from ..specs.stack import StackSpec
@@ -213,6 +213,22 @@ def load_profile(path: str | Path, base: Profile | None = None) -> Profile:
     knobs = {k: v for k, v in knobs.items() if k not in {"gpu", "meta"}}
     merged = {**(base.model_dump() if base else {}), **knobs}
     try:
-        return Profile.validate_strict(merged)
+        profile = Profile.validate_strict(merged)
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, f"profile ({path})")) from None
+    at_peak = [f"{k} = {getattr(profile, k):.4g}" for k in knobs
+               if k.endswith("_efficiency") and getattr(profile, k, 0) >= AT_PEAK]
+    if at_peak:
+        import warnings
+
+        warnings.warn(f"profile ({path}): {', '.join(at_peak)}: at the physical bound (no "
+                      "kernel reaches its peak; measured GEMMs reach 70-87 %), so the plan will "
+                      "promise more than any run achieves; refit it on checked measurements",
+                      InputWarning, stacklevel=2)
+    return profile
+
+
+AT_PEAK = 0.99
+"""An efficiency knob at or above this share of peak in a profile file is warned about: the best
+measured GEMMs reach 70-87 % of peak (MAMF, cost-model reference §7.1), attention and collectives
+less."""
