@@ -134,7 +134,7 @@ def _row(problem, rec: dict | None, tokens: float, a: Assumptions, price: float 
     factor, tau, mtbf = goodput(n, a)
     tps_step = problem.training.tokens_per_step
     ts = rec["time_s"]
-    out = base | {"fits": True, "layout": _slug(rec), "step_s": ts["step"],
+    out = base | {"fits": True, "layout": rec["slug"], "step_s": ts["step"],
                   "step_low_s": ts["step_low"], "step_high_s": ts["step_high"], "mfu": rec["mfu"],
                   "goodput": (1.0 / factor) if factor < math.inf else 0.0,
                   "checkpoint_interval_s": tau, "job_mtbf_h": mtbf / 3600.0,
@@ -152,12 +152,6 @@ def _row(problem, rec: dict | None, tokens: float, a: Assumptions, price: float 
     # the pessimistic end of throughput is the slow end of the step band
     out["tokens_per_s_low"], out["tokens_per_s_high"] = out["tokens_per_s_high"], out["tokens_per_s_low"]
     return out
-
-
-def _slug(rec: dict) -> str:
-    from .cli.render import layout_slug
-
-    return layout_slug(rec)
 
 
 def capacity_rows(model, tokens, seq_len: int, global_batch, gpus: Sequence[str],
