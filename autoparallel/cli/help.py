@@ -3,10 +3,11 @@ cut, help text printed as written (square brackets included).
 
 An option's panel is the one its declaration names (`typer.Option(rich_help_panel=...)`: the
 option groups of `cli.options` name theirs), else the command's own panel (`COMMANDS[...]
-.panel`); panels print in `PANEL_ORDER`, others after them in the order they first appear,
-`Options` (`--help`) last. Each option is one entry: its flags and value (`--tp LIST`,
-`--sp/--no-sp`) in a column as wide as the longest that fits a third of the width (a longer one
-gets a line of its own), its help wrapped in the rest.
+.panel`). Panels print Problem, Layout, Search, then the command's own panels in the order they
+first appear, then Job, Output, and `Options` (`--help`) last. Each option is one entry: its
+flags and value (`--tp LIST`, `--sp/--no-sp`) in a column as wide as the longest that fits a
+third of the width and `MAX_NAME` (a longer one gets a line of its own), its help wrapped in the
+rest.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from typer.main import get_command_from_info
 PANEL_ORDER = ("Problem", "Layout", "Search", "Job", "Output")
 """Panels every command shares, first and in this order (`cli.options` declares them)."""
 GENERAL = "Options"
+"""The panel of `--help` (and of `--version`), printed last."""
 MAX_NAME = 32
 """Widest name column; a longer name gets a line of its own, its help below it."""
-"""The panel of `--help` (and of `--version`), printed last."""
 
 
 def _metavar(param, ctx) -> str:
@@ -55,7 +56,7 @@ def _default(param) -> str:
     show = getattr(param, "show_default", None)
     if isinstance(show, str):
         return f" [default: {show}]"
-    if show is False or param.default is None or param.param_type_name == "argument" and not param.default:
+    if show is False or param.default is None:
         return ""
     if getattr(param, "is_flag", False):
         if param.secondary_opts and param.default is True:
