@@ -1,7 +1,7 @@
 """Dead ends turned into next steps: when nothing fits, `plan` searches again and names what
 does (a saver it left out, the GPU count); a capacity deadline no count meets says what count
-it implies; `tune` says where its logs are, removes the temporary directory it made unless a
-trial failed or it is asked to keep it, and does not list trials that never ran."""
+it implies; `tune` says where its logs are, removes the temporary directory it made unless it
+is asked to keep it, and does not list trials that never ran."""
 
 import json
 import re
@@ -83,42 +83,33 @@ def _workdir(err: str) -> Path:
     return Path(re.search(r"trial logs and configs: (\S+)", err)[1])
 
 
-def test_tune_names_its_temporary_directory_and_removes_it_when_every_trial_ran():
-    code, out, err = _tune("--measure", _measure(3.1), "--trials", "2", "--seeds", "2")
-    assert code == 0, err
-    where = _workdir(err)
-    assert "removed at the end" in err and not where.exists()
-    assert "trial logs and configs" not in out  # nothing left to point at
+def test_tune_names_its_temporary_directory_and_removes_it():
+    for measure, want in ((_measure(3.1), 0), (_measure(3.1, fail=True), 1)):
+        code, out, err = _tune("--measure", measure, "--trials", "2", "--seeds", "2")
+        assert code == want, err
+        where = _workdir(err)
+        assert "removed at the end; --keep-workdir keeps it" in err and not where.exists()
+        assert "trial logs and configs" not in out  # nothing left to point at
+    flat = " ".join(err.split())  # the failed run: the end of the trial's output, how to keep
+    assert "crash (trial 0: exit code 3: step_time_s=3.1)" in flat and "--keep-workdir" in flat
 
 
-def test_tune_keeps_the_directory_when_a_trial_failed_and_says_where():
-    code, out, err = _tune("--measure", _measure(3.1, fail=True), "--trials", "2", "--seeds", "2")
-    assert code == 1
+def test_tune_keep_workdir_keeps_it_and_says_where(tmp_path):
+    import shutil
+
+    code, out, err = _tune("--measure", _measure(3.1, fail=True), "--trials", "1", "--seeds",
+                           "1", "--keep-workdir")
     where = _workdir(err)
     try:
-        assert where.is_dir() and list(where.glob("trial-*/output.log"))
+        assert code == 1 and where.is_dir() and list(where.glob("trial-*/output.log"))
         assert f"output.log is in {where}" in " ".join(err.split())
         assert f"trial logs and configs: {where}" in " ".join(out.split())
     finally:
-        import shutil
-
-        shutil.rmtree(where, ignore_errors=True)
-
-
-def test_tune_keep_workdir_keeps_it(tmp_path):
-    code, _, err = _tune("--measure", _measure(3.1), "--trials", "1", "--seeds", "1",
-                         "--keep-workdir")
-    where = _workdir(err)
-    try:
-        assert code == 0 and where.is_dir()
-    finally:
-        import shutil
-
         shutil.rmtree(where, ignore_errors=True)
     own = tmp_path / "runs"
-    code, _, err = _tune("--measure", _measure(3.1, fail=True), "--trials", "1", "--seeds", "1",
-                         "--workdir", own, "--no-keep-workdir")
-    assert own.is_dir()  # a directory the user named is never removed
+    code, _, err = _tune("--measure", _measure(3.1), "--trials", "1", "--seeds", "1",
+                         "--workdir", own)
+    assert code == 0 and own.is_dir()  # a directory the user named is never removed
 
 
 def test_trials_that_never_start_are_not_listed():

@@ -107,7 +107,7 @@ def tune_command(
     grace: Annotated[str, _opt("Time without heartbeat after which a trial is failed and retried.", "DURATION", show_default=True)] = "120",
     max_retry: Annotated[int, _opt("Retries of a layout whose worker died.", "N", show_default=True)] = 3,
     workdir: Annotated[Optional[str], _opt("Directory for per-trial logs and configs [default: a new temporary directory].", "DIR", OUTPUT, show_default=False)] = None,
-    keep_workdir: Annotated[Optional[bool], _opt("Keep the temporary work directory [default: kept only when a trial failed].", panel=OUTPUT, show_default=False)] = None,
+    keep_workdir: Annotated[bool, _opt("Keep the temporary work directory (its trial logs) after the run.", panel=OUTPUT)] = False,
     calibrate: Annotated[bool, _opt("Refit a few efficiency knobs to the measurements.", panel=CALIBRATION)] = False,
     profile_out: Annotated[Optional[str], _opt("Write the refitted profile TOML here (implies --calibrate).", "FILE", CALIBRATION, show_default=False)] = None,
     fmt: FormatOpt = Fmt.table,

@@ -122,13 +122,12 @@ def tune(config: TuneConfig, *, candidates: int = 48, space: SearchSpace | None 
         config, lambda: build_pool(config, candidates, space, rules), log)
     created = config.workdir is None
     log(f"trial logs and configs: {session.workdir}"
-        + (" (a temporary directory, removed at the end unless a trial fails or "
-           "--keep-workdir)" if created else ""))
-    failed_before = _failed(session.study)
+        + (" (a temporary directory, removed at the end; --keep-workdir keeps it)"
+           if created else ""))
     try:
         run_workers(session)
     except KeyboardInterrupt:
-        log(f"trial logs kept in {session.workdir}")
+        _clean(session.workdir, created and not config.keep_workdir, log)
         raise
     slug_of = lambda p: (c.slug if (c := session.pool.find(p)) else None)  # noqa: E731
     every = collect(session.study, slug_of)
@@ -161,19 +160,15 @@ def tune(config: TuneConfig, *, candidates: int = 48, space: SearchSpace | None 
 
             cal = fit_profile(config.problem, pairs)
             notes += pinned_knobs(cal)
-    failed_now = _failed(session.study) - failed_before
-    keep = config.keep_workdir if config.keep_workdir is not None else failed_now > 0
-    where: str | None = str(session.workdir)
-    if created and not keep:
-        shutil.rmtree(session.workdir, ignore_errors=True)
-        where = None
+    remove = created and not config.keep_workdir
+    _clean(session.workdir, remove, log)
+    where = None if remove else str(session.workdir)
     return TuneResult(session.study.study_name, config.storage, len(session.pool),
                       session.measured, rows, best_row(rows), cal, notes, refused, where,
                       waiting=len(every) - len(rows))
 
 
-def _failed(study) -> int:
-    """Failed trials of the study so far."""
-    from optuna.trial import TrialState
-
-    return len(study.get_trials(deepcopy=False, states=(TrialState.FAIL,)))
+def _clean(workdir, remove: bool, log) -> None:
+    """Remove the temporary work directory `tune` made (when `remove`)."""
+    if remove:
+        shutil.rmtree(workdir, ignore_errors=True)

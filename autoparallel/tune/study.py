@@ -63,8 +63,8 @@ class TuneConfig:
     max_retry: int = 3
     workdir: Path | None = None
     """Per-trial logs and configs; None: a new temporary directory, removed at the end unless
-    `keep_workdir` (None: kept only when a trial of this run failed, so its logs can be read)."""
-    keep_workdir: bool | None = None
+    `keep_workdir` (a directory given here is never removed)."""
+    keep_workdir: bool = False
     env: Mapping[str, str] | None = None
 
 
