@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import shutil
 import sys
 import tempfile
 import time
@@ -30,6 +31,13 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="autoparallel-fuzz-"))
+    try:
+        return _run(args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(args, tmp: Path) -> int:
     kinds = {"plan": F.plan_args(), "estimate": F.estimate_args(), "other": F.other_command_args(),
              "files": F.file_case(tmp), "csv": F.csv_case(tmp), "values": F.new_value_args(tmp)}
     failures: collections.Counter = collections.Counter()
