@@ -356,6 +356,9 @@ def _axis(help_text: str, metavar: str = "LIST"):
                                                  metavar=metavar, show_default=False)]
 
 
+AxisOpt = _axis("Comma-separated values to try.")
+"""An axis filter of plan, tune and sweep (panel Layout); give a field its own help with `_axis`."""
+
 RecomputeNumLayers = _axis("Block recompute to try besides every layer: the first N layers of "
                            "each chunk, e.g. 1,2,4, or auto.", "LIST|auto")
 """`--recompute-num-layers` of plan and sweep (declared once)."""
