@@ -120,20 +120,26 @@ def tune(config: TuneConfig, *, candidates: int = 48, space: SearchSpace | None 
         raise SpecError("`--trials` must be >= 0, `--candidates` and `--workers` >= 1")
     session: TuneSession = open_session(
         config, lambda: build_pool(config, candidates, space, rules), log)
-    created = config.workdir is None
+    remove = config.workdir is None and not config.keep_workdir
     log(f"trial logs and configs: {session.workdir}"
         + (" (a temporary directory, removed at the end; --keep-workdir keeps it)"
-           if created else ""))
+           if config.workdir is None else ""))
     try:
         run_workers(session)
-    except KeyboardInterrupt:
-        _clean(session.workdir, created and not config.keep_workdir, log)
-        raise
+        return _result(session, calibrate, None if remove else str(session.workdir))
+    finally:  # whatever ends the run (an error, Ctrl-C), the directory tune made goes
+        if remove:
+            shutil.rmtree(session.workdir, ignore_errors=True)
+
+
+def _result(session: TuneSession, calibrate: bool, workdir: str | None) -> TuneResult:
+    """Every trial that ran, the plausibility notes, the refit (when asked for)."""
+    from ..validation.plausible import constant_ratio, faster_than_peak
+
+    config = session.config
     slug_of = lambda p: (c.slug if (c := session.pool.find(p)) else None)  # noqa: E731
     every = collect(session.study, slug_of)
     rows = [r for r in every if r.state != "WAITING"]
-    from ..validation.plausible import constant_ratio, faster_than_peak
-
     measured = [(r.layout or f"trial {r.number}", r.measured_s) for r in rows
                 if r.measured_s is not None]
     too_fast = faster_than_peak(config.problem, measured)
@@ -160,15 +166,6 @@ def tune(config: TuneConfig, *, candidates: int = 48, space: SearchSpace | None 
 
             cal = fit_profile(config.problem, pairs)
             notes += pinned_knobs(cal)
-    remove = created and not config.keep_workdir
-    _clean(session.workdir, remove, log)
-    where = None if remove else str(session.workdir)
     return TuneResult(session.study.study_name, config.storage, len(session.pool),
-                      session.measured, rows, best_row(rows), cal, notes, refused, where,
+                      session.measured, rows, best_row(rows), cal, notes, refused, workdir,
                       waiting=len(every) - len(rows))
-
-
-def _clean(workdir, remove: bool, log) -> None:
-    """Remove the temporary work directory `tune` made (when `remove`)."""
-    if remove:
-        shutil.rmtree(workdir, ignore_errors=True)
