@@ -36,16 +36,26 @@ def problem_line(result, note: str | None = None) -> str:
 
 
 def shell_lines(argv: list[str], width: int) -> list[str]:
-    """A command as lines of at most `width` characters, continued with ` \\` (copy-pastable
-    into a shell), arguments quoted where needed and never split."""
+    """A command as lines of at most `width` characters where it can, continued with ` \\`
+    (copy-pastable into a shell): arguments quoted where needed, never split, and a flag kept
+    on the line of its value."""
     words = [shlex.quote(a) for a in argv]
-    lines = [words[0]]
-    for w in words[1:]:
-        if len(lines[-1]) + 1 + len(w) + 2 <= width or len(lines[-1]) <= 4:
-            lines[-1] += " " + w
+    units: list[str] = []
+    i = 0
+    while i < len(words):
+        if words[i].startswith("-") and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            units.append(f"{words[i]} {words[i + 1]}")
+            i += 2
+        else:
+            units.append(words[i])
+            i += 1
+    lines = [units[0]]
+    for unit in units[1:]:
+        if len(lines[-1]) + 1 + len(unit) + 2 <= width or len(lines[-1]) <= 4:
+            lines[-1] += " " + unit
         else:
             lines[-1] += " \\"
-            lines.append("    " + w)
+            lines.append("    " + unit)
     return lines
 
 
