@@ -107,11 +107,13 @@ class Evaluation:
             "model": self.problem.model.name,
             "gpu": self.problem.cluster.gpu.name,
             "n_gpus": self.problem.cluster.n_gpus,
+            "slug": self.table.row(i).slug,
             "layout": layout,
             "memory_gib": {k: float(self.memory[k][i] / GiB) for k in MEMORY_KEYS}
             | {"total_high": float(bands.memory_total_high[i] / GiB),
                "by_stage": self.by_stage(i)},
             "fits": bool(self.fits[i]),
+            "memory_risk": bool(memory_risk(self.memory, bands)[i]),
             "time_s": {k: float(self.time[k][i]) for k in TIME_KEYS}
             | {"step_low": float(bands.step_low[i]), "step_high": float(bands.step_high[i])},
             "mfu": float(self.mfu[i]),
@@ -183,9 +185,17 @@ class Evaluation:
         cols["time_step_low_s"] = bands.step_low
         cols["time_step_high_s"] = bands.step_high
         cols["fits"] = self.fits
+        cols["memory_risk"] = memory_risk(self.memory, bands)
         cols["mfu"] = self.mfu
         cols["tokens_per_s_per_gpu"] = self.tokens_per_s_per_gpu
         return cols
+
+
+def memory_risk(memory: dict[str, np.ndarray], bands: Bands) -> np.ndarray:
+    """Per row: the upper end of the memory band (`total_high`, the allocated peak 9 runs in 10
+    stay under) exceeds the usable memory, so the layout may run out of memory although its
+    predicted peak fits."""
+    return bands.memory_total_high > memory["usable"]
 
 
 def evaluate(problem: Problem, table: LayoutTable, rules=None, arch: Arch | None = None) -> Evaluation:

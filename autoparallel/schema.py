@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, create_model
 
 from .errors import SpecError
 from .specs import GPUSpec, Layout, ModelSpec, Profile
+from .specs.docstrings import DocstringFields
 from .specs.job import JobSpec
 from .specs.network import NetworkSpec
 from .specs.stack import StackSpec
@@ -30,13 +31,16 @@ Version 4: `layout.recompute_group` (uniform recompute groups), `layout.recomput
 pipeline stage; `layout.split` (even, balanced or custom stage split) and `notes` (what the estimate filled in,
 such as the balanced split of a layout whose pp x vp does not divide the layers);
 `job.fp8_param_gather` (low-precision weights kept and all-gathered in the recipe's format);
-`job.network` (the network preset or file, `--network`).
+`job.network` (the network preset or file, `--network`);
+`slug` (the layout's slug, as `--versus` and `export --layout` take it) and
+`memory_risk` (the memory band's upper end above the usable memory) per estimate and ranked
+layout, `robustness.memory_over`.
 `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 
 
-class _Out(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+class _Out(DocstringFields, BaseModel):
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class LayoutOut(_Out):
@@ -242,12 +246,19 @@ class EstimateOut(_Out):
     """GPU preset name."""
     n_gpus: int
     """GPUs in the job."""
+    slug: str
+    """The layout's slug (`Layout.slug`), e.g. dp4-tp8-pp2-vp10-cp1-ep1-z1-rnone-sp-mb1: what
+    `plan --versus`, `export --layout` and `estimate --layout` take."""
     layout: LayoutOut
     """The layout, every axis explicit."""
     memory_gib: MemoryOut
     """Memory per GPU, GiB."""
     fits: bool
-    """Whether memory_gib.total <= memory_gib.usable."""
+    """Whether the fit figure (memory_gib.reserved; total with an explicit usable_fraction) is at
+    most memory_gib.usable."""
+    memory_risk: bool
+    """Whether memory_gib.total_high, the upper end of the memory band, exceeds
+    memory_gib.usable: the layout may run out of memory although its predicted peak fits."""
     time_s: TimeOut
     """Time per step, seconds."""
     mfu: float
@@ -277,7 +288,7 @@ class RobustnessOut(_Out):
     """step x (1 + penalty), seconds: the order of the tied group under `--rank-by robust`."""
     penalty: float
     """net_sensitivity + gemm_sensitivity + exposed_comm_share + 0.10 x memory_used
-    + 0.02 x (parallel_dims - 1) + 0.05 x (TP x EP across the scale-up domain)."""
+    + 0.02 x (parallel_dims - 1) + 0.05 x (TP x EP across the scale-up domain) + memory_over."""
     net_sensitivity: float
     """Step time with 20 % less scale-out bandwidth / step - 1."""
     gemm_sensitivity: float
@@ -290,6 +301,9 @@ class RobustnessOut(_Out):
     """How many of dp, tp, pp, cp, ep exceed 1."""
     tp_ep_in_node: bool
     """Whether tp x ep fits in the scale-up domain."""
+    memory_over: float
+    """max(0, memory_gib.total_high / memory_gib.usable - 1): how far the memory band reaches
+    past the usable memory (a term of the penalty)."""
 
 
 class RankedOut(EstimateOut):

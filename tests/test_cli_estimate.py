@@ -19,7 +19,8 @@ def test_estimate_json_has_exactly_the_documented_keys():
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     EstimateOut.model_validate(data)  # extra="forbid": no key more, no key less
-    assert list(data) == ["model", "gpu", "n_gpus", "layout", "memory_gib", "fits", "time_s",
+    assert list(data) == ["model", "gpu", "n_gpus", "slug", "layout", "memory_gib", "fits",
+                          "memory_risk", "time_s",
                           "mfu", "tokens_per_s_per_gpu", "model_flops_per_step", "job",
                           "profile_basis", "band", "model_params", "notes"]
     assert data["layout"]["grad_accum"] == 256 and data["layout"]["sp"] is True
@@ -42,7 +43,7 @@ def test_estimate_table_shows_breakdowns():
     (["--pp", "32"], "`pp x vp` = 32 does not divide `n_layers` (80) and no uneven split"),
     (["--vp", "2"], "`vp` (2) > 1 needs pipeline parallelism"),
     (["--zero", "5"], "zero"),
-    (["--gpus", "0"], "n_gpus"),
+    (["--gpus", "0"], "`--gpus` = '0': must be at least 1"),
 ])
 def test_bad_input_exit_2_one_message(args, needle):
     argv = with_args(BASE, args)

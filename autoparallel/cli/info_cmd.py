@@ -8,9 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ..presets import (list_gpus, list_models, list_networks, list_stacks, load_gpu, load_model,
-                       load_network, load_stack)
-from . import app
+from . import command
 from .render import fitted_table, make_console, stacked_table
 
 
@@ -21,12 +19,14 @@ class PresetKind(StrEnum):
     networks = "networks"
 
 
-@app.command("presets")
+@command("presets")
 def presets_command(
-    kind: Annotated[PresetKind, typer.Argument(help="models, gpus, stacks or networks")] = PresetKind.models,
+    kind: Annotated[PresetKind, typer.Argument(help="Which presets.", metavar="models|gpus|stacks|networks")] = PresetKind.models,
 ) -> None:
     """List the built-in model, GPU, software-stack or network presets."""
     from ..cost.arch import build_arch
+    from ..presets import (list_gpus, list_models, list_networks, list_stacks, load_gpu,
+                           load_model, load_network, load_stack)
 
     console = make_console()
     if kind == PresetKind.models:
@@ -83,9 +83,9 @@ def _tier_label(t) -> str:
     return f"{t.name}{size}{bw}{extra}"
 
 
-@app.command("schema")
+@command("schema")
 def schema_command(
-    what: Annotated[str, typer.Argument(help="estimate | plan | capacity | model | gpu | network | profile | layout")],
+    what: Annotated[str, typer.Argument(help="An output (estimate, plan, capacity) or an input (model, gpu, network, profile, layout, stack, job).", metavar="WHAT")],
 ) -> None:
     """Print the JSON Schema of an input spec or of a JSON output."""
     from ..schema import schema_for
