@@ -36,8 +36,12 @@ def _register() -> None:
 
 def err(message: str) -> None:
     """Print an error message on stderr."""
-    for i, line in enumerate(str(message).splitlines() or [""]):
-        sys.stderr.write(("error: " if i == 0 else "  ") + line + "\n")
+    try:
+        for i, line in enumerate(str(message).splitlines() or [""]):
+            sys.stderr.write(("error: " if i == 0 else "  ") + line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # stderr itself is gone: the exit code still says it
+        pass
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None,
@@ -51,13 +55,26 @@ def _show_warning(message, category, filename, lineno, file=None, line=None,
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `autoparallel` console script."""
-    _register()
+    from . import guard
+
+    guard.install()  # Ctrl-C and SIGTERM: one line and exit 130 (cli/guard.py)
     warnings.showwarning = _show_warning
     debug = os.environ.get("AUTOPARALLEL_DEBUG") == "1"
     try:
+        _register()
+        for info in app.registered_commands:  # an OSError in a command: exit 2, not 70
+            if not getattr(info.callback, "__wrapped_by_guard__", False):
+                info.callback = guard.guarded(info.callback)
+                info.callback.__wrapped_by_guard__ = True
         app(args=argv, standalone_mode=True)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        if code == 130:
+            guard.report_interrupt()
+        elif code == 0 and guard._stdout_failed():
+            guard.silence_stdout()
+            err("standard output: cannot write (the output was cut short)")
+            return 2
         return code
     except InfeasibleError as exc:
         if debug:
@@ -70,8 +87,13 @@ def main(argv: list[str] | None = None) -> int:
         err(str(exc))
         return 2
     except KeyboardInterrupt:
-        err("interrupted")
+        guard.report_interrupt()
         return 130
+    except OSError as exc:  # outside a command (start-up, argument parsing)
+        if debug:
+            raise
+        err(str(guard.as_output_error(exc)))
+        return 2
     except Exception as exc:  # a bug: say so in one line, keep the traceback for --debug runs
         if debug:
             raise

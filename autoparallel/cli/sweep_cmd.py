@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import SpecError
+from ..limits import MAX_WORKERS, check_int
 from ..search.space import parse_int_list
-from ..search.sweep import SweepSpec, load_sweep_file, run_sweep
+from ..search.sweep import SweepSpec, SweepStatus, load_sweep_file, parse_shard, run_sweep
+from ..search.sweep_pool import available_cores
 from . import app
+from .guard import interrupted
 from .outputs import check_output
 from .options import (
     JobOptions, RecomputeNumLayers, SearchOptions, block_recompute_fields, with_options,
@@ -42,12 +44,17 @@ def sweep_command(
     allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let TP groups span nodes.")] = False,
     target: Annotated[Optional[str], typer.Option(help="Keep only layouts this launcher can run.", show_default=False)] = None,
     recompute_num_layers: RecomputeNumLayers = None,
+    jobs: Annotated[Optional[int], typer.Option("--jobs", help="Worker processes planning problems at once (default: the cores available); the CSV is the same for any number.", show_default=False)] = None,
+    shard: Annotated[Optional[str], typer.Option("--shard", help="K/N: plan only the K-th of N equal runs of the grid (a Slurm job array); the shards' rows in shard order are the whole sweep's.", show_default=False)] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="When another sweep writes --output, wait for it and then continue (default: refuse).")] = False,
 ) -> None:
     """Plan a grid of problems into one CSV (one row per problem and ranked layout)."""
     job = job.for_target(target)
     if not output:
         raise SpecError("missing --output: a sweep writes a CSV (it resumes when the file exists)")
     check_output("--output", output)
+    jobs = available_cores() if jobs is None else check_int("--jobs", jobs, high=MAX_WORKERS)
+    shard_kn = parse_shard(shard)
     if sweep_file:
         spec, space = load_sweep_file(sweep_file)
     else:
@@ -75,13 +82,70 @@ def sweep_command(
 
         raise SpecError(format_validation_error(exc, "sweep")) from None
     rules = SearchOptions(allow_tp_across_nodes=allow_tp_across_nodes).rules()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), transient=False) as bar:
-        task = bar.add_task("sweep", total=None)
+    status = SweepStatus(output)
+    of = f" of shard {shard}" if shard else ""
+    with SweepProgress() as bar:
+        try:
+            run_sweep(spec, space, output, rules=rules, progress=bar.update, jobs=jobs,
+                      shard=shard_kn, wait=wait, status=status, on_start=bar.start)
+        except KeyboardInterrupt:
+            bar.stop()
+            interrupted(f"{status.kept} of {status.problems} problems{of} are in {output} "
+                        f"({status.written} planned this run); rerun the same command to resume"
+                        if not status.stream else
+                        f"{status.written} of {status.problems} problems{of} were written to "
+                        f"{output}")
+            raise typer.Exit(130) from None
+    resumed = f"; resume: {status.resumed}" if status.resumed else ""
+    typer.echo(f"{status.written} problems planned, {status.skipped} already in {output} "
+               f"(of {status.problems}{of}){resumed}", err=True)
 
-        def progress(done, total, label):
-            bar.update(task, total=total, completed=done, description=label)
 
-        counts = run_sweep(spec, space, output, rules=rules, progress=progress)
-    typer.echo(f"{counts['written']} problems planned, {counts['skipped']} already in {output} "
-               f"(of {counts['problems']})", err=True)
+class SweepProgress:
+    """A progress bar on stderr: problems done, rate, time elapsed and left. Refreshed on each
+    finished problem (no refresh thread: the sweep forks its workers while it runs)."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
+                            TextColumn("left"), TimeRemainingColumn(),
+                            console=Console(stderr=True), auto_refresh=False, transient=False)
+        self.task = None
+        self.t0 = 0.0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self, status: SweepStatus) -> None:
+        import time
+
+        skipped = f" ({status.skipped} already done)" if status.skipped else ""
+        self.bar.start()
+        self.task = self.bar.add_task(f"sweep{skipped}", total=status.todo, rate="")
+        self.t0 = time.perf_counter()
+        self.bar.refresh()
+
+    def update(self, done: int, total: int, label: str) -> None:
+        import time
+
+        if self.task is None:
+            return
+        took = time.perf_counter() - self.t0
+        rate = f"{done / took:.2f} problems/s" if done and took > 0 else ""
+        self.bar.update(self.task, completed=done, total=total, rate=rate,
+                        description=label or self.bar.tasks[0].description)
+        self.bar.refresh()
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.bar.stop()
+            self.task = None

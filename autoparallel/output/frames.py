@@ -14,7 +14,7 @@ LAYOUT_COLUMNS = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp",
 """`layout` is the full slug (`Layout.slug`: uneven split, schedule, block / uniform / named
 recompute, offload), which `export --from` reads back; the other columns are its main axes."""
 RESULT_COLUMNS = (
-    ("rank",)
+    ("rank", "problem_rows")
     + tuple(f"mem_{k}_gib" for k in MEMORY_KEYS)
     + ("mem_first_stage_gib", "mem_last_stage_gib")
     + tuple(f"time_{k}_s" for k in TIME_KEYS)
@@ -22,13 +22,15 @@ RESULT_COLUMNS = (
 )
 SWEEP_COLUMNS = PROBLEM_COLUMNS + LAYOUT_COLUMNS + RESULT_COLUMNS
 """The frozen column schema of `sweep` CSVs and `plan --format csv` (`SWEEP_SCHEMA_VERSION`)."""
-SWEEP_SCHEMA_VERSION = 4
+SWEEP_SCHEMA_VERSION = 5
 """Version 1: 42 columns. Version 2: + the job settings (stack, precision, grad_dtype, ...)
 after the problem columns. Version 3: + `optimizer_dtype`; `usable_fraction` empty = the fitted
 allocator margin; + mem_reserved_gib, mem_device_gib, mem_headroom_gib, mem_first_stage_gib,
 mem_last_stage_gib. Version 4: + `model_code`, `torch_compile`, `autocast` (what the model's code
 saves for backward) after `attention`; + time_offload_s (host-link transfers and CPU optimizer step of offloaded layouts)
-after time_optimizer_s; + `layout` (the full slug) after grad_accum."""
+after time_optimizer_s; + `layout` (the full slug) after grad_accum. Version 5: + `problem_rows` after `rank` (how many rows the problem has: `rank` runs
+1..problem_rows, or one 'nothing fits' row), so that a resumed sweep keeps a problem only when all
+its rows are present."""
 
 
 def ranked_frame(result) -> pd.DataFrame:
@@ -40,12 +42,14 @@ def ranked_frame(result) -> pd.DataFrame:
 
         row = {c: None for c in SWEEP_COLUMNS} | problem
         row["fits"] = False
-        row["note"] = nothing_fits_message(result)
+        row["problem_rows"] = 1
+        row["note"] = " ".join(nothing_fits_message(result).split())  # one line per row
         return pd.DataFrame([row], columns=list(SWEEP_COLUMNS))
     cols = ev.columns()
     cols["layout"] = [ev.table.row(i).slug for i in range(len(ev))]
     frame = pd.DataFrame({k: cols[k] for k in LAYOUT_COLUMNS + RESULT_COLUMNS if k in cols})
     frame.insert(0, "rank", range(1, len(ev) + 1))
+    frame.insert(1, "problem_rows", len(ev))
     for k, v in reversed(problem.items()):
         frame.insert(0, k, v)
     frame["note"] = ""
