@@ -3,7 +3,7 @@ kind and count, each with its error band."""
 
 from __future__ import annotations
 
-import json
+from ..output.files import strict_json
 import math
 from typing import Annotated, Optional
 
@@ -110,7 +110,7 @@ def capacity_command(
                         seq_len=seq_len, global_batch=parse_global_batch(global_batch, seq_len),
                         assumptions=a, rank_by=rank_by, deadline_days=days)
     if fmt == Fmt.json:
-        typer.echo(json.dumps(out, indent=2))
+        typer.echo(strict_json(out))
     elif fmt == Fmt.csv:
         import pandas as pd
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Optional
 
 import typer
@@ -12,6 +11,7 @@ from ..errors import SpecError
 from ..evaluate import estimate
 from ..specs.layout import Layout, Recompute
 from . import app
+from ..output.files import strict_json, write_whole
 from .outputs import check_output
 from .options import Fmt, ProblemOptions, with_problem_options
 from .render import print_estimate
@@ -49,7 +49,7 @@ def estimate_command(
 
         scored = score_frame(read_layouts_csv(input), profile=problem.profile)
         if output:
-            scored.to_csv(output, index=False)
+            write_whole("--output", output, scored.to_csv(index=False))
             bad = int((scored["error"] != "").sum())
             Console(stderr=True).print(
                 f"scored {len(scored) - bad} of {len(scored)} rows -> {output}"
@@ -77,6 +77,6 @@ def estimate_command(
         raise SpecError(format_validation_error(exc, "layout")) from None
     rec = estimate(problem, layout)
     if fmt == Fmt.json:
-        typer.echo(json.dumps(rec, indent=2))
+        typer.echo(strict_json(rec))
     else:
         print_estimate(rec)

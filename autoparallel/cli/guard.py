@@ -62,12 +62,28 @@ def _say(text: str) -> None:
 
 
 def _stdout_failed() -> bool:
-    """Whether standard output cannot take the bytes it holds (then it caused the error)."""
+    """Whether standard output cannot take the bytes it holds."""
     try:
         sys.stdout.flush()
         return False
     except (OSError, ValueError):
         return True
+
+
+def _writing_stdout(exc: BaseException) -> bool:
+    """Whether `exc` was raised writing standard output: a frame near where it was raised
+    holds sys.stdout (click's echo, `print`, a rich Console writing its `file`)."""
+    streams = {id(s) for s in (sys.stdout, sys.__stdout__) if s is not None}
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    for frame in reversed(frames[-4:]):
+        for value in frame.f_locals.values():
+            if id(value) in streams or id(getattr(value, "file", None)) in streams:
+                return True
+    return False
 
 
 def silence_stdout() -> None:
@@ -87,7 +103,7 @@ def as_output_error(exc: OSError) -> OutputError:
 
     if exc.filename is not None:
         return output_error("", exc.filename, exc, "I/O error")
-    if exc.errno == errno.EPIPE or _stdout_failed():
+    if exc.errno == errno.EPIPE or _writing_stdout(exc) or _stdout_failed():
         silence_stdout()
         return output_error("", "standard output", exc, "cannot write")
     return output_error("", "input/output", exc, "failed")

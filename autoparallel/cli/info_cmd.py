@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from ..output.files import strict_json
 from enum import StrEnum
 from typing import Annotated
 
@@ -68,4 +68,4 @@ def schema_command(
     """Print the JSON Schema of an input spec or of a JSON output."""
     from ..schema import schema_for
 
-    typer.echo(json.dumps(schema_for(what), indent=2))
+    typer.echo(strict_json(schema_for(what)))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from ..output.files import strict_json
 
 import typer
 
@@ -31,7 +31,7 @@ def run_pareto(problem, space, rules, second, top, fmt, storage, study_name) -> 
         add_front_to_study(front, storage, study_name)
     points = front.points[:top] if second == "gpus" else front.points
     if fmt == Fmt.json:
-        typer.echo(json.dumps({"objective": ["time", second], "pareto": points}, indent=2))
+        typer.echo(strict_json({"objective": ["time", second], "pareto": points}))
         return
     if fmt == Fmt.csv:
         import pandas as pd

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from ..output.files import strict_json
 from contextlib import nullcontext
 from typing import Annotated, Optional
 
@@ -113,7 +113,7 @@ def plan_command(
         result = plan(problem, sp_space, top=top, rules=rules, keep=keep, storage=storage,
                       study_name=study, with_study=keep > 0, target=target, rank_by=rank_by)
     if fmt == Fmt.json:
-        typer.echo(json.dumps(result.to_json(), indent=2))
+        typer.echo(strict_json(result.to_json()))
     elif fmt == Fmt.csv:
         from ..output.frames import ranked_frame
 

@@ -102,8 +102,9 @@ def sweep_command(
 
 
 class SweepProgress:
-    """A progress bar on stderr: problems done, rate, time elapsed and left. Refreshed on each
-    finished problem (no refresh thread: the sweep forks its workers while it runs)."""
+    """A progress bar on stderr while the sweep runs (a terminal only; it leaves no line
+    behind): problems done, rate, time elapsed and left. Refreshed on each finished problem (no
+    refresh thread: the sweep forks its workers while it runs)."""
 
     def __init__(self) -> None:
         from rich.console import Console
@@ -115,9 +116,10 @@ class SweepProgress:
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
                             TextColumn("left"), TimeRemainingColumn(),
-                            console=Console(stderr=True), auto_refresh=False, transient=False)
+                            console=Console(stderr=True), auto_refresh=False, transient=True)
         self.task = None
         self.t0 = 0.0
+        self.shown = self.bar.console.is_terminal
 
     def __enter__(self):
         return self
@@ -128,6 +130,8 @@ class SweepProgress:
     def start(self, status: SweepStatus) -> None:
         import time
 
+        if not self.shown:
+            return
         skipped = f" ({status.skipped} already done)" if status.skipped else ""
         self.bar.start()
         self.task = self.bar.add_task(f"sweep{skipped}", total=status.todo, rate="")

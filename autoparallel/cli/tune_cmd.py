@@ -3,7 +3,7 @@ from the measurements (Optuna), and report measured vs predicted."""
 
 from __future__ import annotations
 
-import json
+from ..output.files import strict_json
 import os
 import signal
 import threading
@@ -144,7 +144,7 @@ def tune_command(
         write_profile(profile_out, result.calibration, problem, result.study_name)
         err.print(f"profile written to {profile_out}")
     if fmt == Fmt.json:
-        typer.echo(json.dumps(result.to_json(), indent=2))
+        typer.echo(strict_json(result.to_json()))
     else:
         print_result(result, make_console())
     if result.rows and result.best is None:

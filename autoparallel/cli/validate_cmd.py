@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-from pathlib import Path
 from typing import Annotated, Optional
 
 import numpy as np
@@ -17,6 +16,7 @@ from rich.table import Table
 
 from ..errors import SpecError
 from . import app
+from ..output.files import write_whole
 from .outputs import check_output, working
 from .render import fitted_table, make_console, stacked_table
 
@@ -230,7 +230,7 @@ def validate_command(
                   "- 1); in-sample where the run's stack profile was fitted on this file's runs; "
                   "out-of-sample figures: benchmarks/validate.py (leave-one-source-out)")
     if output:
-        pred.to_csv(output, index=False)
+        write_whole("--output", output, pred.to_csv(index=False))
         console.print(f"per-run report -> {output}")
     if (memory_runs or "").lower() != "none":
         _memory_report(console, memory_runs,
@@ -295,6 +295,6 @@ def calibrate_command(
         extra = {"loso_median_abs_err": float(overall["median_abs_err"]),
                  "loso_p90_abs_err": float(overall["p90_abs_err"]),
                  "loso_bias": float(overall["bias"])}
-    Path(output).write_text(toml_text(result, grp, runs, sources, extra, stack=stack_name),
-                            encoding="utf-8")
+    write_whole("--output", output, toml_text(result, grp, runs, sources, extra,
+                                              stack=stack_name))
     console.print(f"profile -> {output} (use: autoparallel estimate ... --profile {output})")

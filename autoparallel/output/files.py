@@ -28,12 +28,12 @@ from pathlib import Path
 from ..errors import OutputError
 
 _REASONS = {
-    errno.ENOSPC: "no space left on the device (the disk is full)",
+    errno.ENOSPC: "no space left on the device, the disk is full",
     errno.EDQUOT: "disk quota exceeded",
-    errno.EFBIG: "file too large (the file-size limit or the file system's maximum)",
-    errno.EIO: "input/output error (the disk or the file system failed)",
+    errno.EFBIG: "file too large for the file-size limit or the file system",
+    errno.EIO: "input/output error, the disk or the file system failed",
     errno.EPIPE: "the reading end of the pipe was closed",
-    errno.EINVAL: "the file refuses this operation (invalid argument)",
+    errno.EINVAL: "invalid argument, the file does not support this operation",
     errno.EROFS: "read-only file system",
     errno.EACCES: "permission denied",
     errno.EPERM: "operation not permitted",
@@ -41,8 +41,8 @@ _REASONS = {
     errno.ENOTDIR: "a part of the path is not a directory",
     errno.EISDIR: "it is a directory",
     errno.ENXIO: "no process is reading the FIFO",
-    errno.EAGAIN: "the output is not ready (would block)",
-    errno.ESTALE: "stale file handle (the network file system lost the file)",
+    errno.EAGAIN: "the output is not ready and would block",
+    errno.ESTALE: "stale file handle, the network file system lost the file",
     errno.ENAMETOOLONG: "file name too long",
     errno.ETXTBSY: "the file is a running program",
     errno.EBADF: "the file descriptor is not open for writing",
@@ -53,11 +53,11 @@ STREAM_PREFIXES = ("/dev/stdout", "/dev/stderr", "/dev/fd/", "/proc/self/fd/")
 
 
 def reason(exc: OSError) -> str:
-    """The error of `exc` in plain words, with its errno name (`ENOSPC`)."""
+    """The error of `exc` in plain words after its errno name: 'ENOSPC: no space left ...'."""
     code = exc.errno
     name = errno.errorcode.get(code, "") if code is not None else ""
     text = _REASONS.get(code) or (exc.strerror or str(exc) or type(exc).__name__).lower()
-    return f"{text}; {name}" if name else text
+    return f"{name}: {text}" if name else text
 
 
 def output_error(flag: str, path: str | os.PathLike | None, exc: OSError,
@@ -243,3 +243,14 @@ def finite_or_none(obj):
 def strict_json(obj, indent: int | None = 2) -> str:
     """JSON text that strict parsers accept: NaN and infinities become `null`."""
     return json.dumps(finite_or_none(obj), indent=indent, allow_nan=False)
+
+
+def save_figure(fig, flag: str, path: str | os.PathLike, dpi: int) -> Path:
+    """Render a matplotlib figure in memory (format from the suffix: png, svg, pdf) and write
+    it whole (`write_whole`)."""
+    import io
+
+    fmt = Path(path).suffix.lower().lstrip(".") or "png"
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, dpi=dpi)
+    return write_whole(flag, path, buf.getvalue())

@@ -44,11 +44,14 @@ def holder_of(fd: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
-        cmd = " ".join(argv)
-        cmd = cmd if len(cmd) <= 100 else cmd[:97] + "..."
-        return f"pid {pid} ({cmd})" if cmd else f"pid {pid}"
     except OSError:
         return f"pid {pid}"
+    names = [os.path.basename(a) for a in argv]
+    if "autoparallel" in names:  # `python .../autoparallel sweep` or `python -m autoparallel`
+        argv = ["autoparallel"] + argv[names.index("autoparallel") + 1:]
+    cmd = " ".join(argv)
+    cmd = cmd if len(cmd) <= 100 else cmd[:97] + "..."
+    return f"pid {pid}, {cmd}" if cmd else f"pid {pid}"
 
 
 def _create(path: Path, initial: bytes, flag: str) -> None:

@@ -109,7 +109,7 @@ def tune(config: TuneConfig, *, candidates: int = 48, space: SearchSpace | None 
         config, lambda: build_pool(config, candidates, space, rules), log)
     run_workers(session)
     slug_of = lambda p: (c.slug if (c := session.pool.find(p)) else None)  # noqa: E731
-    rows = collect(session.study, slug_of)
+    rows = collect(session.study, slug_of, session.fastest_s)
     cal = None
     if calibrate:
         from ..specs.layout import Layout

@@ -33,6 +33,7 @@ from optuna.trial import TrialState
 from ..errors import AutoParallelError
 from ..search.study import PARAM_AXES
 from .claims import current_token, new_token, worker_id
+from .plausible import implausible
 from .command import layout_values, render_exports
 from .runner import Interrupted, run_measurement
 from .study import TuneSession
@@ -181,7 +182,12 @@ def _record(s: TuneSession, trial, cand, out) -> None:
     trial.set_user_attr("log", str(out.log_path))
     if out.returncode is not None:
         trial.set_user_attr("returncode", out.returncode)
-    if out.failure is None:
+    why = None if out.failure is not None else implausible(
+        out.step_time_s, fastest_s=s.fastest_s, predicted_s=cand.predicted_s)
+    if why is not None:
+        _drop(s, trial, "implausible", why)
+        s.log(f"trial {trial.number}: {cand.slug} failed (implausible): {why}")
+    elif out.failure is None:
         s.study.tell(trial, out.step_time_s)
         s.log(f"trial {trial.number}: {cand.slug} measured {out.step_time_s:.4g} s")
     else:
