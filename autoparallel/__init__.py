@@ -9,6 +9,10 @@ Public API (problems as a `Problem` or as keywords model=, gpu=, gpus=, seq_len=
     evaluate(problem, table) -> Evaluation         # many layouts at once (numpy)
 """
 
+from ._startup import guard_startup as _guard_startup
+
+_guard_startup()  # Ctrl-C while the command starts: one line, exit 130 (only as the command)
+
 from .errors import AutoParallelError, ExportError, InfeasibleError, SpecError
 from .evaluate import Evaluation, evaluate
 from .layouts import LayoutTable

@@ -57,7 +57,14 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `autoparallel` console script."""
     from . import guard
 
-    guard.install()  # Ctrl-C and SIGTERM: one line and exit 130 (cli/guard.py)
+    previous = guard.install()  # Ctrl-C and SIGTERM: one line and exit 130 (cli/guard.py)
+    try:
+        return _main(argv, guard)
+    finally:
+        guard.restore(previous)
+
+
+def _main(argv, guard) -> int:
     warnings.showwarning = _show_warning
     debug = os.environ.get("AUTOPARALLEL_DEBUG") == "1"
     try:

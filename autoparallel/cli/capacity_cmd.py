@@ -3,7 +3,6 @@ kind and count, each with its error band."""
 
 from __future__ import annotations
 
-from ..output.files import strict_json
 import math
 from typing import Annotated, Optional
 
@@ -11,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..output.files import strict_json
 from ..capacity_model import (CKPT_RESTORE_S, CKPT_WRITE_S, MTBF_GPU_HOURS, NODE_OVERHEAD,
                         POWER_FRACTION, PUE, Assumptions, capacity_json, capacity_rows,
                         parse_counts, parse_duration, parse_global_batch, parse_prices,

@@ -29,11 +29,24 @@ def _handler(signum, frame):
     raise KeyboardInterrupt
 
 
-def install() -> None:
-    """Route SIGINT and SIGTERM to `KeyboardInterrupt` (main thread only)."""
+def install() -> dict:
+    """Route SIGINT and SIGTERM to `KeyboardInterrupt` (main thread only); returns the handlers
+    they replace (for `restore`)."""
+    _state["signal"], _state["reported"] = None, False
+    old = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, _handler)
+            old[sig] = signal.signal(sig, _handler)
+    return old
+
+
+def restore(old: dict) -> None:
+    """Put back the handlers `install` replaced (a command run inside another program)."""
+    for sig, handler in old.items():
+        try:
+            signal.signal(sig, handler)
+        except (ValueError, TypeError, OSError):
+            pass
 
 
 def signal_name() -> str:
@@ -89,6 +102,11 @@ def _writing_stdout(exc: BaseException) -> bool:
 def silence_stdout() -> None:
     """Point the standard output descriptor at /dev/null: what is left in its buffer goes
     nowhere instead of failing again at exit."""
+    try:
+        if sys.stdout is None or sys.stdout.fileno() != 1:
+            return  # a captured stream (a command run inside another program)
+    except (OSError, ValueError, AttributeError):
+        return
     try:
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, 1)

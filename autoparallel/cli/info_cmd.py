@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from ..output.files import strict_json
 from enum import StrEnum
 from typing import Annotated
 
 import typer
 
+from ..output.files import strict_json
 from ..presets import list_gpus, list_models, list_stacks, load_gpu, load_model, load_stack
 from . import app
 from .render import fitted_table, make_console, stacked_table

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..output.files import strict_json
 
 import typer
 
+from ..output.files import strict_json
 from ..errors import InfeasibleError
 from ..problem import with_gpu_count
 from ..search.explain import nothing_fits_message

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from ..output.files import strict_json
 from contextlib import nullcontext
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 
+from ..output.files import strict_json
 from ..errors import InfeasibleError, SpecError
 from ..search.explain import largest_costs, nothing_fits_message, versus, why_first
 from ..search.plan import plan

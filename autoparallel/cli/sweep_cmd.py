@@ -90,11 +90,15 @@ def sweep_command(
                       shard=shard_kn, wait=wait, status=status, on_start=bar.start)
         except KeyboardInterrupt:
             bar.stop()
-            interrupted(f"{status.kept} of {status.problems} problems{of} are in {output} "
-                        f"({status.written} planned this run); rerun the same command to resume"
-                        if not status.stream else
-                        f"{status.written} of {status.problems} problems{of} were written to "
-                        f"{output}")
+            if status.stream:
+                kept = f"{status.written} of {status.problems} problems{of} were written to {output}"
+            elif not status.problems:
+                kept = (f"stopped before planning any problem; {output} holds what earlier runs "
+                        "wrote; rerun the same command to start")
+            else:
+                kept = (f"{status.kept} of {status.problems} problems{of} are in {output} "
+                        f"({status.written} planned this run); rerun the same command to resume")
+            interrupted(kept)
             raise typer.Exit(130) from None
     resumed = f"; resume: {status.resumed}" if status.resumed else ""
     typer.echo(f"{status.written} problems planned, {status.skipped} already in {output} "

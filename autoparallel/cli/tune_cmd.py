@@ -3,10 +3,7 @@ from the measurements (Optuna), and report measured vs predicted."""
 
 from __future__ import annotations
 
-from ..output.files import strict_json
 import os
-import signal
-import threading
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -14,8 +11,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..output.files import strict_json
 from ..errors import SpecError
 from ..limits import MAX_TRIALS, MAX_WORKERS, check_float, check_int
+from .guard import interrupted
 from .outputs import check_output
 from ..tune import TuneConfig, TuneResult, tune
 from ..tune.calibrate import write_profile
@@ -61,16 +60,6 @@ def print_result(res: TuneResult, console: Console) -> None:
                       f"-> {c.rms_log_error_after:.4f} over {c.n_measurements} measurements")
     if res.storage:
         console.print(f"[dim]browse: optuna-dashboard {res.storage}[/dim]")
-
-
-def _sigterm_interrupts() -> None:
-    """SIGTERM (a scheduler ending the job) stops the workers like Ctrl-C: running commands are
-    killed and their trials left to the heartbeat check, which retries them."""
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, handler)
 
 
 @app.command("tune")
@@ -131,14 +120,15 @@ def tune_command(
         seed=seed, heartbeat_interval_s=heartbeat, grace_period_s=grace, max_retry=max_retry,
         workdir=Path(workdir) if workdir else None, env=dict(os.environ),
     )
-    _sigterm_interrupts()
-    try:
+    try:  # Ctrl-C and SIGTERM (a scheduler ending the job) arrive as KeyboardInterrupt (cli/guard.py)
         result = tune(config, candidates=candidates, space=sp_space, rules=rules,
                       calibrate=calibrate or profile_out is not None,
                       log=lambda s: err.print(f"[dim]{s}[/dim]", soft_wrap=True))
     except KeyboardInterrupt:
-        err.print("interrupted: running measurements were stopped; with a database storage their "
-                  f"trials are retried by the next worker or rerun after {grace} s")
+        interrupted("running measurements were stopped; "
+                    + (f"their trials are retried by the next worker or after {grace} s; rerun "
+                       "the same command to resume the study" if storage else
+                       "the study was in memory, so nothing was kept (use --storage to resume)"))
         raise typer.Exit(130) from None
     if profile_out and result.calibration is not None:
         write_profile(profile_out, result.calibration, problem, result.study_name)
@@ -160,6 +150,9 @@ def no_success_message(rows) -> str:
         kinds.setdefault(r.failure or r.state.lower(), []).append(r)
     parts = [f"{len(v)} {k}" + (f" (trial {v[0].number}: {v[0].detail})" if v[0].detail else "")
              for k, v in kinds.items()]
-    return ("error: no trial succeeded, so nothing was measured: " + "; ".join(parts)
-            + ". Check one trial's output.log in --workdir; a multi-node --measure command must "
+    hint = (" Check one trial's output.log in --workdir; a multi-node --measure command must "
             "start every node (e.g. srun inside an allocation), not one host.")
+    if set(kinds) - {"waiting", "running"} == {"implausible"}:
+        hint = (" Check that --metric-regex captures the step time in seconds (a group named "
+                "ms for milliseconds) and nothing else.")
+    return "error: no trial succeeded, so nothing was measured: " + "; ".join(parts) + "." + hint

@@ -147,6 +147,41 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def temp_name(target: Path, suffix: str) -> Path:
+    """`.<name>.<pid>-<random>.<suffix>` beside `target`: a temporary file of this process."""
+    return target.with_name(f".{target.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.{suffix}")
+
+
+def remove_stale_temps(target: Path) -> int:
+    """Remove the temporary files (`temp_name`) that killed processes left beside `target`:
+    those whose process no longer runs on this host. Returns how many were removed."""
+    removed = 0
+    prefix = f".{target.name}."
+    try:
+        names = os.listdir(target.parent if str(target.parent) else ".")
+    except OSError:
+        return 0
+    for name in names:
+        if not name.startswith(prefix) or not name.endswith((".tmp", ".new")):
+            continue
+        pid_text = name[len(prefix):].split("-", 1)[0]
+        if not pid_text.isdigit() or int(pid_text) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid_text), 0)
+            continue  # alive (or not ours to judge)
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        try:
+            os.unlink(target.with_name(name))
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
 def _target(path: Path) -> Path:
     """The file a rename must replace: the end of a symbolic link, so the link stays."""
     return Path(os.path.realpath(path)) if path.is_symlink() else path
@@ -169,7 +204,8 @@ def write_whole(flag: str, path: str | os.PathLike, data: bytes | str, *,
             _close(fd, flag, p)
         return p
     target = _target(p)
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.tmp")
+    remove_stale_temps(target)
+    tmp = temp_name(target, "tmp")
     try:
         old = os.stat(target).st_mode
     except OSError:

@@ -16,12 +16,11 @@ import errno
 import fcntl
 import os
 import sys
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import OutputError
-from .files import output_error, write_all
+from .files import output_error, remove_stale_temps, temp_name, write_all
 
 
 def holder_of(fd: int) -> str:
@@ -57,7 +56,7 @@ def holder_of(fd: int) -> str:
 def _create(path: Path, initial: bytes, flag: str) -> None:
     """Create `path` holding `initial`, never empty: a temporary file linked into place. Another
     process creating it first is fine (it holds the same first bytes)."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.new")
+    tmp = temp_name(path, "new")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
         try:
@@ -136,6 +135,7 @@ def lock_output(path: Path, flag: str, *, initial: bytes, wait: bool = False,
             except FileNotFoundError:
                 same = False
             if same:
+                remove_stale_temps(path)  # what killed writers left (we hold the lock now)
                 return fd
         except BaseException:
             os.close(fd)

@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import csv
 import os
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import OutputError
-from .files import fsync_dir, output_error, write_all
+from .files import fsync_dir, output_error, temp_name, write_all
 from .frames import PROBLEM_COLUMNS, SWEEP_COLUMNS, SWEEP_SCHEMA_VERSION
 
 HEADER = (",".join(SWEEP_COLUMNS) + "\n").encode()
@@ -231,7 +230,7 @@ class SweepWriter:
         from .lock import lock_fd
 
         raw = read_all(self.fd, self.path, self.flag)
-        tmp = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex[:8]}.new")
+        tmp = temp_name(self.path, "new")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
         try:
             lock_fd(fd)

@@ -148,8 +148,7 @@ def _measure(s: TuneSession, trial, cand) -> None:
                  ("predicted_rank", cand.rank), ("memory_gib", cand.memory_gib),
                  ("worker", worker_id())):
         trial.set_user_attr(k, v)
-    trial_dir = s.workdir / f"trial-{trial.number:05d}-{cand.slug}"
-    trial_dir.mkdir(parents=True, exist_ok=True)
+    trial_dir = claim_dir(s.workdir, f"trial-{trial.number:05d}-{cand.slug}")
     values: dict = layout_values(cfg.problem, cand.layout, trial=trial.number,
                                  study=s.study.study_name, trial_dir=trial_dir,
                                  grad_accum=cand.grad_accum)
@@ -175,6 +174,21 @@ def _measure(s: TuneSession, trial, cand) -> None:
         s.log(f"trial {trial.number}: {cand.slug}: declared lost by the heartbeat check while it "
               "ran (heartbeats late: raise --grace); the result goes unrecorded and the retry "
               "measures the layout")
+
+
+def claim_dir(workdir, name: str):
+    """A new directory `workdir/name` for one trial's files (`name-2`, `name-3`, ... when it
+    exists): created exclusively, so no two tune processes sharing a --workdir (other studies,
+    or an earlier run of an in-memory study) ever write or overwrite each other's logs."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 10_000):
+        path = workdir / (name if n == 1 else f"{name}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{workdir / name}: 9,999 directories of that name exist")
 
 
 def _record(s: TuneSession, trial, cand, out) -> None:
