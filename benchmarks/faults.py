@@ -108,6 +108,9 @@ def main() -> int:
         run("absurd", lambda: F.absurd_case(tmp, value))
     for name, path in F.storage_files(tmp).items():
         run("storage", lambda: F.storage_case(name, path))
+    if F.tmpfs(tmp / "probe2", 64):  # root: a read-only mount too
+        F.umount(tmp / "probe2")
+        run("storage", lambda: F.readonly_storage_case(tmp))
     for argv in F.json_cases():
         run("json", lambda: F.json_case(argv))
     total = sum(counts.values())

@@ -593,3 +593,32 @@ def enospc_case(rng: random.Random, tmp: Path, args: list[str] = SMALL) -> list[
         return bad
     finally:
         umount(mnt)
+
+
+def readonly_storage_case(tmp: Path) -> list[str]:
+    """A storage on a read-only mount (root only: a read-only bind mount): exit 2, 'read-only'."""
+    import shutil
+
+    from fuzzing import run_inprocess
+
+    src, mnt = tmp / "ro-src", tmp / "ro"
+    src.mkdir(exist_ok=True)
+    mnt.mkdir(exist_ok=True)
+    storage_files(tmp)
+    shutil.copy(tmp / "good.db", src / "good.db")
+    if subprocess.run(["mount", "--bind", str(src), str(mnt)], capture_output=True).returncode:
+        return ["read-only storage: cannot bind-mount (not root?)"]
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(mnt)], capture_output=True,
+                       check=True)
+        bad = []
+        for name in ("good.db", "new.db"):
+            code, _, err = run_inprocess([
+                "tune", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq-len",
+                "4096", "--global-batch", "64", "--measure", "echo step_time_s=3", "--trials",
+                "1", "--storage", f"sqlite:///{mnt / name}"])
+            if code != 2 or "read-only" not in err:
+                bad.append(f"read-only storage {name}: exit {code}: {err.strip()[-200:]!r}")
+        return bad
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
