@@ -203,21 +203,44 @@ def run_sweep(spec: SweepSpec, space: SearchSpace, output: str | Path, rules=Non
     status.skipped = len(problems) - len(todo)
     if on_start:
         on_start(status)
+    results = None
     try:
         work = _Block(space, spec.top, rules, spec.target)
         if progress:
             progress(0, len(todo), "")
-        for n, (i, block) in enumerate(results_in_order(
-                problems, todo, work, jobs, close_fds=(writer.fd,),
-                label=lambda j: problem_label(problems[j])), start=1):
+        results = results_in_order(problems, todo, work, jobs, close_fds=(writer.fd,),
+                                   label=lambda j: problem_label(problems[j]))
+        for n, (i, block) in enumerate(results, start=1):
             _check_block(block, keys[i])
-            writer.write_block(block)  # one write per problem: all its rows or none
-            status.written += 1
+            with _signals_held():  # Ctrl-C lands after the block and its count, not between
+                writer.write_block(block)  # one write per problem: all its rows or none
+                status.written += 1
             if progress:
                 progress(n, len(todo), problem_label(problems[i]))
     finally:
+        if results is not None:
+            results.close()  # stops the workers now, whatever ended the loop
         writer.close()
     return {"problems": status.problems, "written": status.written, "skipped": status.skipped}
+
+
+class _signals_held:
+    """Hold SIGINT and SIGTERM (delivered when the block ends) in the main thread."""
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        self.old = None
+        if threading.current_thread() is threading.main_thread():
+            self.old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.old is not None:
+            import signal
+
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.old)
 
 
 def _check_block(block: bytes, key: tuple[str, ...]) -> None:

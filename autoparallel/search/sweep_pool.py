@@ -3,7 +3,7 @@
 Workers are forked (they inherit the loaded modules and the problem list, so nothing is
 re-imported or pickled but an index out and a CSV block back). Each worker holds up to two
 problems at a time; the parent writes block i only once blocks before it are written, so the
-output is ordered exactly as with one process. Workers ignore Ctrl-C (the parent stops them),
+output is ordered exactly as with one process. Workers ignore Ctrl-C and SIGTERM (the parent stops them),
 die with the parent (a parent-death signal, so a killed sweep leaves no process computing), and
 close the parent's output descriptor, so a killed parent's lock on the output is released at
 once.
@@ -18,10 +18,10 @@ import traceback
 from collections.abc import Callable, Iterator, Sequence
 from multiprocessing import connection, get_context
 
-from ..errors import AutoParallelError, ExportError, InfeasibleError, SpecError
+from ..errors import AutoParallelError, ExportError, InfeasibleError, OutputError, SpecError
 
 _KINDS = {"SpecError": SpecError, "InfeasibleError": InfeasibleError,
-          "ExportError": ExportError}
+          "ExportError": ExportError, "OutputError": OutputError}
 IN_FLIGHT = 2
 """Problems a worker holds at a time (one computing, one queued behind it)."""
 
@@ -47,8 +47,10 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _worker(conn, items: Sequence, work: Callable, close_fds: Sequence[int], parent: int) -> None:
+    # Ctrl-C and SIGTERM reach the whole process group (a terminal, Slurm): the parent stops
+    # the workers itself, so that it always reports the interruption, not a dead worker
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _die_with_parent(parent)
     for fd in close_fds:
         try:
@@ -66,6 +68,11 @@ def _worker(conn, items: Sequence, work: Callable, close_fds: Sequence[int], par
             reply = ("ok", i, work(items[i]))
         except AutoParallelError as exc:
             reply = ("error", i, (type(exc).__name__, str(exc)))
+        except OSError as exc:  # reading a file failed: reported like any I/O error
+            from ..output.files import output_error
+
+            where = exc.filename if exc.filename is not None else "input/output"
+            reply = ("error", i, ("OutputError", str(output_error("", where, exc, "I/O error"))))
         except Exception as exc:  # a bug: the parent reports it as an internal error
             reply = ("bug", i, (f"{type(exc).__name__}: {exc}", traceback.format_exc()))
         try:
@@ -136,6 +143,8 @@ def results_in_order(items: Sequence, todo: Sequence[int], work: Callable, jobs:
                     proc = proc_of[conn]
                     proc.join(1)
                     code = proc.exitcode
+                    if code in (-signal.SIGINT, -signal.SIGTERM):
+                        raise KeyboardInterrupt  # stopped from outside, like the parent
                     how = (f"killed by signal {-code}" if code is not None and code < 0
                            else f"exit code {code}")
                     raise AutoParallelError(
