@@ -127,13 +127,21 @@ def test_wait_queues_behind_the_holder(tmp, ref):
     holder.start()
     assert os.read(ready_r, 1) == b"1"
     proc = F.popen("sweep", *F.SMALL, "--output", path, "--wait", "--jobs", "1")
-    line = proc.stderr.readline()
+    line = _line_starting(proc, "waiting for")
     assert line.startswith(f"waiting for pid {holder.pid}"), line
     os.write(release_w, b"1")
     holder.join()
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     assert path.read_bytes() == ref
+
+
+def _line_starting(proc, prefix: str) -> str:
+    """The first stderr line of `proc` that starts with `prefix` ('' at end of output)."""
+    for line in proc.stderr:
+        if line.startswith(prefix):
+            return line
+    return ""
 
 
 # --- parallel and sharded sweeps ---------------------------------------------------------
@@ -184,7 +192,7 @@ def test_a_fifo_without_a_reader_says_so_then_writes(tmp, ref):
     fifo = tmp / "fifo"
     os.mkfifo(fifo)
     proc = F.popen("sweep", *F.SMALL, "--output", fifo, "--jobs", "1")
-    line = proc.stderr.readline()  # the event: the sweep says it waits for a reader
+    line = _line_starting(proc, "waiting for")  # the event: it says it waits for a reader
     assert line.startswith(f"waiting for a process to read the FIFO {fifo}"), line
     with open(fifo, "rb") as f:
         got = f.read()

@@ -53,15 +53,17 @@ def _show_warning(message, category, filename, lineno, file=None, line=None,
         _default(message, category, filename, lineno, file, line)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `autoparallel` console script."""
+def main(argv: list[str] | None = None, *, restore_signals: bool = True) -> int:
+    """Entry point of the `autoparallel` console script (`restore_signals`: put the signal
+    handlers back afterwards, for a command run inside another program)."""
     from . import guard
 
     previous = guard.install()  # Ctrl-C and SIGTERM: one line and exit 130 (cli/guard.py)
     try:
         return _main(argv, guard)
     finally:
-        guard.restore(previous)
+        if restore_signals:
+            guard.restore(previous)
 
 
 def _main(argv, guard) -> int:
@@ -111,5 +113,12 @@ def _main(argv, guard) -> int:
 
 
 def run() -> None:
-    """Console-script wrapper."""
-    sys.exit(main())
+    """Console-script wrapper. Once the command is done, a late Ctrl-C or SIGTERM has nothing
+    left to stop: it is ignored while the interpreter exits (else it would kill the finished
+    process with the signal's status)."""
+    code = main(restore_signals=False)
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    sys.exit(code)

@@ -44,9 +44,9 @@ def sweep_command(
     allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let TP groups span nodes.")] = False,
     target: Annotated[Optional[str], typer.Option(help="Keep only layouts this launcher can run.", show_default=False)] = None,
     recompute_num_layers: RecomputeNumLayers = None,
-    jobs: Annotated[Optional[int], typer.Option("--jobs", help="Worker processes planning problems at once (default: the cores available); the CSV is the same for any number.", show_default=False)] = None,
-    shard: Annotated[Optional[str], typer.Option("--shard", help="K/N: plan only the K-th of N equal runs of the grid (a Slurm job array); the shards' rows in shard order are the whole sweep's.", show_default=False)] = None,
-    wait: Annotated[bool, typer.Option("--wait", help="When another sweep writes --output, wait for it and then continue (default: refuse).")] = False,
+    jobs: Annotated[Optional[int], typer.Option("--jobs", help="Worker processes (default: the cores available); the same CSV for any number.", show_default=False)] = None,
+    shard: Annotated[Optional[str], typer.Option("--shard", help="K/N: only the K-th of N runs of the grid (Slurm job arrays); the shards concatenate to the whole sweep.", show_default=False)] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="If another sweep writes --output, wait for it, then continue (default: refuse).")] = False,
 ) -> None:
     """Plan a grid of problems into one CSV (one row per problem and ranked layout)."""
     job = job.for_target(target)
