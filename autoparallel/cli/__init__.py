@@ -121,4 +121,15 @@ def run() -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
+    if code == 130:
+        # CPython marks a KeyboardInterrupt raised inside exec/eval'd code (dataclass and
+        # namedtuple creation while modules import) as unhandled even when it was caught, and
+        # `python -m` then kills the process with SIGINT at exit instead of exiting 130: the
+        # interrupt is reported and every file closed, so leave now with the code we said
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(130)
     sys.exit(code)
