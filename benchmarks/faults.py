@@ -51,6 +51,7 @@ def main() -> int:
     failures: collections.Counter = collections.Counter()
     example: dict = {}
     took: collections.Counter = collections.Counter()
+    notes: collections.Counter = collections.Counter()
 
     def run(kind: str, fn) -> None:
         if only and kind not in only:
@@ -62,7 +63,9 @@ def main() -> int:
             bad = [f"the case raised {type(exc).__name__}: {exc}"]
         took[kind] += time.perf_counter() - t0
         counts[kind] += 1
-        for b in bad:
+        for b in [b for b in bad if b.startswith(F.NOTE)]:
+            notes[(kind, b[len(F.NOTE):])] += 1
+        for b in [b for b in bad if not b.startswith(F.NOTE)]:
             key = (kind, b.split(":")[0][:60])
             failures[key] += 1
             example.setdefault(key, b)
@@ -121,6 +124,8 @@ def main() -> int:
         print(f"  {kind:12s} {counts[kind]:5d} cases, {bad:3d} failed  ({took[kind]:.0f} s)")
     for key, n in failures.most_common():
         print(f"{n:5d}  {key[0]}: {example[key]}")
+    for (kind, text), n in notes.most_common():
+        print(f"{n:5d}  {kind} (not a failure): {text}")
     shutil.rmtree(tmp, ignore_errors=True)
     return 1 if failures else 0
 

@@ -286,6 +286,20 @@ def _lines_at_least(path: Path, n: int, proc: subprocess.Popen, deadline: float)
     return False
 
 
+NOTE = "note: "
+"""Prefix of an outcome that is not a failure (counted apart)."""
+
+
+def _before_our_code(code: int, sig: int, err: str) -> bool:
+    """The process ended by `sig` before it ran any of our code: killed by SIGTERM's default
+    action with nothing printed, or Python's own KeyboardInterrupt traceback from start-up
+    modules (site, encodings, the import system) without a frame of autoparallel."""
+    if code == -sig and not err.strip():
+        return True
+    tb = "Traceback (most recent call last)" in err and err.strip().endswith("KeyboardInterrupt")
+    return tb and "autoparallel" not in err
+
+
 def _interrupted_line(err: str) -> list[str]:
     bad = []
     if "Traceback" in err:
@@ -316,6 +330,9 @@ def signal_case(rng: random.Random, tmp: Path, sig: int, args: list[str] = LARGE
     bad = []
     if proc.returncode == 130:
         bad += _interrupted_line(err)
+    elif _before_our_code(proc.returncode, sig, err):
+        bad.append(NOTE + "the signal came while the Python interpreter itself started, "
+                   "before any autoparallel code ran")
     elif proc.returncode != 0:
         bad.append(f"exit {proc.returncode} after {signal.Signals(sig).name}: {err.strip()[-200:]!r}")
     bad += _resume(out, args, jobs, resume_cli)

@@ -88,6 +88,15 @@ def test_a_problem_written_twice_is_kept_once(tmp, ref):
     assert path.read_bytes() == ref
 
 
+def test_a_rewrite_through_a_symbolic_link_keeps_the_link(tmp, ref):
+    lines = ref.split(b"\n")
+    target, link = tmp / "linked-target.csv", tmp / "linked.csv"
+    target.write_bytes(b"\n".join(lines[:4] + lines[1:4] + lines[4:]))  # a doubled problem
+    link.symlink_to(target)
+    F.sweep_inprocess(link)
+    assert link.is_symlink() and target.read_bytes() == ref
+
+
 # --- one writer ------------------------------------------------------------------------------
 
 def _hold_lock(path: str, ready_w: int, release_r: int) -> None:

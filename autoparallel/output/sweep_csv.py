@@ -230,13 +230,14 @@ class SweepWriter:
         from .lock import lock_fd
 
         raw = read_all(self.fd, self.path, self.flag)
-        tmp = temp_name(self.path, "new")
+        target = Path(os.path.realpath(self.path))  # through a symbolic link: its target
+        tmp = temp_name(target, "new")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
         try:
             lock_fd(fd)
             write_all(fd, HEADER + b"".join(raw[s:e] for _, s, e in ex.blocks))
             os.fsync(fd)
-            os.replace(tmp, self.path)
+            os.replace(tmp, target)
         except BaseException:
             os.close(fd)
             try:
@@ -244,7 +245,7 @@ class SweepWriter:
             except OSError:
                 pass
             raise
-        fsync_dir(self.path)
+        fsync_dir(target)
         old, self.fd = self.fd, fd
         self.good = os.lseek(fd, 0, os.SEEK_END)
         os.close(old)
@@ -272,8 +273,9 @@ class SweepWriter:
             pass
         if self.good == 0:
             try:
-                if os.fstat(self.fd).st_ino == os.stat(self.path).st_ino:
-                    os.unlink(self.path)
+                target = os.path.realpath(self.path)
+                if os.fstat(self.fd).st_ino == os.stat(target).st_ino:
+                    os.unlink(target)
             except OSError:
                 pass
 
