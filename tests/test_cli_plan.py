@@ -18,7 +18,8 @@ P70 = ["--model", "llama3-70b", "--gpu", "h100", "--gpus", "64", "--seq-len", "8
        "--global-batch", "512"]
 
 # The frozen sweep/plan CSV schema (version 2: + the job settings; 4: + model_code, torch_compile,
-# autocast, layout (the full slug), time_offload_s; 5: + fp8_param_gather, network). Changing it breaks users'
+# autocast, layout (the full slug), time_offload_s; 5: + fp8_param_gather, network,
+# problem_rows). Changing it breaks users'
 # notebooks: add a column only with a schema version bump and a note in the README.
 FROZEN_SWEEP_COLUMNS = [
     "model", "gpu", "n_gpus", "gpus_per_node", "seq_len", "global_batch",
@@ -27,7 +28,7 @@ FROZEN_SWEEP_COLUMNS = [
     "network", "profile",
     "dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch", "grad_accum",
     "layout",
-    "rank",
+    "rank", "problem_rows",
     "mem_params_gib", "mem_grads_gib", "mem_optimizer_gib", "mem_model_states_gib",
     "mem_activations_gib", "mem_embedding_logits_gib", "mem_overhead_gib", "mem_total_gib",
     "mem_capacity_gib", "mem_usable_gib", "mem_reserved_gib", "mem_device_gib",

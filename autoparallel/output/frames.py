@@ -14,7 +14,7 @@ LAYOUT_COLUMNS = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp",
 """`layout` is the full slug (`Layout.slug`: uneven split, schedule, block / uniform / named
 recompute, offload), which `export --from` reads back; the other columns are its main axes."""
 RESULT_COLUMNS = (
-    ("rank",)
+    ("rank", "problem_rows")
     + tuple(f"mem_{k}_gib" for k in MEMORY_KEYS)
     + ("mem_first_stage_gib", "mem_last_stage_gib")
     + tuple(f"time_{k}_s" for k in TIME_KEYS)
@@ -30,7 +30,9 @@ mem_last_stage_gib. Version 4: + `model_code`, `torch_compile`, `autocast` (what
 saves for backward) after `attention`; + time_offload_s (host-link transfers and CPU optimizer step of offloaded layouts)
 after time_optimizer_s; + `layout` (the full slug) after grad_accum. Version 5: +
 `fp8_param_gather` after `tp_comm_overlap`, + `network` (the network preset or file) before
-`profile`."""
+`profile`, + `problem_rows` after `rank` (how many rows the problem has: `rank` runs
+1..problem_rows, or one 'nothing fits' row), so that a resumed sweep keeps a problem only when all
+its rows are present."""
 
 
 def ranked_frame(result) -> pd.DataFrame:
@@ -42,12 +44,14 @@ def ranked_frame(result) -> pd.DataFrame:
 
         row = {c: None for c in SWEEP_COLUMNS} | problem
         row["fits"] = False
-        row["note"] = nothing_fits_message(result)
+        row["problem_rows"] = 1
+        row["note"] = " ".join(nothing_fits_message(result).split())  # one line per row
         return pd.DataFrame([row], columns=list(SWEEP_COLUMNS))
     cols = ev.columns()
     cols["layout"] = [ev.table.row(i).slug for i in range(len(ev))]
     frame = pd.DataFrame({k: cols[k] for k in LAYOUT_COLUMNS + RESULT_COLUMNS if k in cols})
     frame.insert(0, "rank", range(1, len(ev) + 1))
+    frame.insert(1, "problem_rows", len(ev))
     for k, v in reversed(problem.items()):
         frame.insert(0, k, v)
     frame["note"] = ""

@@ -49,8 +49,8 @@ class PlanResult:
     (`search.robust`)."""
     tied: np.ndarray | None = None
     """Per survivor: its error band overlaps the fastest layout's."""
-    robustness: dict[str, np.ndarray] | None = None
-    """Per survivor: robustness penalty and its terms (`search.robust.robustness`)."""
+    _robustness: dict[str, np.ndarray] | None = None
+    _bands: object | None = field(default=None, repr=False)
     band_low: np.ndarray | None = None
     """Per survivor: `step_low` of its error band, seconds."""
     band_high: np.ndarray | None = None
@@ -65,6 +65,15 @@ class PlanResult:
             self._study, _ = self._make_study()
             self._make_study = None
         return self._study
+
+    @property
+    def robustness(self) -> dict[str, np.ndarray]:
+        """Per survivor: robustness penalty and its terms (`search.robust.robustness`).
+        Computed on first use when ranking by time (two extra time ledgers over the survivors,
+        which a sweep writing only the ranked rows never needs)."""
+        if self._robustness is None:
+            self._robustness = robustness(self.survivors, self._bands)
+        return self._robustness
 
     def standing(self, layout) -> dict:
         """Where `layout` (e.g. a published one) stands among the fitting layouts: its estimate,
@@ -203,8 +212,9 @@ def plan(
         survivors = survivors.take(np.flatnonzero(ok))
     bands = survivors.bands()
     tied = tied_with_first(bands.step_low, bands.step_high)
-    rob = robustness(survivors, bands)
+    rob = None
     if rank_by == "robust":
+        rob = robustness(survivors, bands)
         order = robust_order(survivors.time["step"], tied, rob["score"], rob["memory_risk"])
         survivors = survivors.take(order)
         tied, rob = tied[order], {k: v[order] for k, v in rob.items()}
@@ -218,8 +228,8 @@ def plan(
         problem=problem, space=space, n_layouts=len(table), n_valid=len(valid_idx),
         n_fit=len(survivors), search_s=0.0, ranked=survivors.take(np.arange(min(top, len(survivors)))),
         survivors=survivors, nearest=nearest, reject_counts=count_rejections(flags),
-        target=target, rank_by=rank_by, tied=tied, robustness=rob, band_low=bands.step_low,
-        band_high=bands.step_high,
+        target=target, rank_by=rank_by, tied=tied, _robustness=rob,
+        _bands=bands, band_low=bands.step_low, band_high=bands.step_high,
     )
     if target_rejected:
         result.reject_counts[f"target_{target}"] = target_rejected

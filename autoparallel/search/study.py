@@ -67,10 +67,18 @@ def study_from_survivors(result, keep: int, storage: str | None, study_name: str
     n = min(keep, len(ev))
     name = study_name or default_study_name(result.problem)
     try:
-        study = optuna.create_study(storage=storage, study_name=name, direction="minimize",
-                                    load_if_exists=True)
-    except Exception as exc:  # unreachable database, bad URL, ...
-        raise SpecError(f"`--storage` {storage!r}: cannot open the Optuna storage ({exc})") from None
+        return _store(result, ev, n, storage, name)
+    except SpecError:
+        raise
+    except Exception as exc:  # unreachable database, bad URL, corrupt or read-only file, ...
+        from .storage_check import storage_message
+
+        raise SpecError(storage_message(storage, exc, "cannot store the plan")) from None
+
+
+def _store(result, ev, n: int, storage: str | None, name: str):
+    study = optuna.create_study(storage=storage, study_name=name, direction="minimize",
+                                load_if_exists=True)
     study.set_user_attr("problem", result.problem.describe())
     existing = {tuple(sorted(tr.params.items())) for tr in study.get_trials(deepcopy=False,
                                                                              states=(TrialState.COMPLETE,))}

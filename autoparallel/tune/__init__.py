@@ -138,7 +138,7 @@ def _result(session: TuneSession, calibrate: bool, workdir: str | None) -> TuneR
 
     config = session.config
     slug_of = lambda p: (c.slug if (c := session.pool.find(p)) else None)  # noqa: E731
-    every = collect(session.study, slug_of)
+    every = collect(session.study, slug_of, session.fastest_s)
     rows = [r for r in every if r.state != "WAITING"]
     measured = [(r.layout or f"trial {r.number}", r.measured_s) for r in rows
                 if r.measured_s is not None]

@@ -159,11 +159,12 @@ class CandidatePool:
         measured, the sd term keeps axis values never tried attractive (lower confidence
         bound), so the search explores them before settling.
         """
-        if not measured_s:
+        if not any(t is not None and np.isfinite(t) and t > 0 for t in measured_s.values()):
             return {c.slug: c.predicted_s for c in self.candidates}
         X = self._features()
         row = {c.slug: i for i, c in enumerate(self.candidates)}
-        done = [(row[s], t) for s, t in measured_s.items() if s in row and t > 0]
+        done = [(row[s], t) for s, t in measured_s.items()
+                if s in row and t is not None and np.isfinite(t) and t > 0]
         Xd = X[[i for i, _ in done]]
         pred = np.array([c.predicted_s for c in self.candidates])
         y = np.log(np.array([t for _, t in done]) / pred[[i for i, _ in done]])

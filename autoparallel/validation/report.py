@@ -156,5 +156,9 @@ def plot(pred: pd.DataFrame, path: str, title: str = "predicted vs measured step
     ax.set_title(title + " (dotted: +-20%)")
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    from ..output.files import save_figure
+
+    try:
+        save_figure(fig, "--plot", path, dpi=120)
+    finally:
+        plt.close(fig)
