@@ -165,12 +165,12 @@ def tune_command(
         from .render import make_console
 
         print_result(result, make_console())
-    if result.rows and result.best is None:
-        err.print(no_success_message(result.rows, result.workdir))
-        raise typer.Exit(1)
     if result.calibration_refused:
         err.print(f"error: {'--profile-out ' + profile_out + ' not written: ' if profile_out else ''}"
                   f"calibration refused: {result.calibration_refused}")
+    if result.rows and result.best is None:
+        err.print(no_success_message(result.rows, result.workdir))
+    if result.calibration_refused or (result.rows and result.best is None):
         raise typer.Exit(1)
 
 

@@ -18,32 +18,18 @@ from __future__ import annotations
 import math
 
 from ..specs.problem import Problem
-from ..units import TFLOPS
 
 MAX_OVER_PREDICTION = 100.0
 """A measured step more than this many times the predicted one is not taken as a measurement."""
 
 
-def peak_flops_per_s(problem: Problem) -> float:
-    """The highest tensor-core rate one GPU of the job can reach in its precision, FLOP/s."""
-    from ..specs.precision import recipe
-
-    gpu, rec = problem.cluster.gpu, recipe(problem.training.precision)
-    peak = gpu.bf16_tflops
-    if rec.low:
-        low = gpu.fp4_tflops if rec.peak == "fp4" else gpu.fp8_tflops
-        peak = max(peak, low or 0.0)
-    return peak * TFLOPS
-
-
 def fastest_possible_s(problem: Problem) -> float:
     """The least time one training step can take: model FLOPs per step over the job's GPUs at
-    their peak (MFU = 100 %), seconds."""
-    from ..cost.arch import build_arch
+    their peak (MFU = 100 %), seconds (`validation.plausible.fastest_step_s`, the floor
+    `calibrate` and the warnings use too)."""
+    from ..validation.plausible import fastest_step_s
 
-    tr = problem.training
-    flops = tr.global_batch * build_arch(problem.model).model_flops_per_sequence(tr.seq_len)
-    return float(flops) / (problem.cluster.n_gpus * peak_flops_per_s(problem))
+    return fastest_step_s(problem)
 
 
 def implausible(step_s: float, *, fastest_s: float, predicted_s: float | None) -> str | None:
