@@ -17,7 +17,7 @@ from ..cost.arch import build_arch
 from ..evaluate import TIME_KEYS, evaluate
 from ..specs.hardware import Profile
 from ..units import GiB, TFLOPS
-from .memory_check import FIGURE
+from .memory_definitions import FIGURE
 from .runs import RULES, RunCase
 
 TIME_PARTS = tuple(k for k in TIME_KEYS if k != "step")

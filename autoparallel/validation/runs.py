@@ -40,6 +40,7 @@ from ..specs.model import ModelSpec
 from ..specs.problem import Problem
 from ..units import GB, GiB
 from .conventions import measured_step_s
+from .memory_definitions import definition
 from .derive import (_job_overrides, _layout, _precision, _recompute, _stack, _zero, gpu_preset,
                      network_gbps)
 from .modelspec import RowSkip, _int, _num, model_from_row
@@ -123,8 +124,6 @@ the `LogItem`s of each training step), which the Ultra-Scale Playbook's heatmap 
 
 def _mem_definition(row) -> str:
     """`allocated` (the default: `torch.cuda.max_memory_allocated`), `reserved` or `device`."""
-    from .memory_check import definition
-
     src = str(row.get("source_key") or "")
     if src in SOURCE_MEMORY_DEFINITIONS:
         return SOURCE_MEMORY_DEFINITIONS[src]
