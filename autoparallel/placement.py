@@ -1,6 +1,8 @@
 """Where each parallel group's ranks land. Ranks are ordered TP innermost, then CP, DP, PP
-(Megatron's default `tp-cp-ep-dp-pp`, reference §0 and launchers.md §1.1; EP is carved out of
-CP x DP starting innermost). A group of `size` ranks spaced `stride` apart puts
+(Megatron's default `tp-cp-ep-dp-pp`, reference §0 and launchers.md §1.1). Expert layers number
+the same ranks of a pipeline stage ETP innermost, then EP, then EDP (Megatron-Core
+parallel_state: the expert RankGenerator(tp=etp, ep=ep, dp=edp, cp=1) in the same order;
+MoE Parallel Folding, arXiv 2504.14960); with ETP = TP this is EP carved out of CP x DP. A group of `size` ranks spaced `stride` apart puts
 min(size, domain // stride) ranks in each scale-up domain (NVLink node)."""
 
 from __future__ import annotations
@@ -32,15 +34,19 @@ def layout_groups(t, domain: int) -> dict[str, Group]:
     """Groups of every axis for a `LayoutTable` `t`:
 
     - `tp`: TP ranks (stride 1); `cp`: CP ring (stride tp);
-    - `dpcp`: dense-gradient group DP x CP (stride tp); `ep`: expert group (stride tp);
-    - `edp`: expert data-parallel group DP x CP / EP (stride tp*ep); `pp`: stage neighbours.
+    - `dpcp`: dense-gradient group DP x CP (stride tp);
+    - `etp`: expert-TP group (stride 1); `ep`: expert group (stride etp);
+    - `edp`: expert data-parallel group TP x CP x DP / (ETP x EP) (stride etp*ep);
+    - `pp`: stage neighbours.
     """
     tp, cp, dp, ep, pp = (t[k].astype(np.float64) for k in ("tp", "cp", "dp", "ep", "pp"))
+    etp = t["etp"].astype(np.float64)
     return {
         "tp": group(tp, np.ones_like(tp), domain),
         "cp": group(cp, tp, domain),
         "dpcp": group(dp * cp, tp, domain),
-        "ep": group(ep, tp, domain),
-        "edp": group(dp * cp / ep, tp * ep, domain),
+        "etp": group(etp, np.ones_like(etp), domain),
+        "ep": group(ep, etp, domain),
+        "edp": group(tp * cp * dp / (etp * ep), etp * ep, domain),
         "pp": group(pp, tp * cp * dp, domain),
     }

@@ -102,20 +102,29 @@ def _schedule(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
 
 
 def _experts(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
-    ep = t["ep"]
+    """EP divides the experts and ETP the expert FFN width (whole experts, whole column shards);
+    the expert grid ETP x EP x EDP folds onto each pipeline stage's TP x CP x DP ranks, so
+    etp x ep divides tp x cp x dp (Megatron-Core parallel_state.initialize_model_parallel:
+    world % (etp x ep x pp) == 0; MoE Parallel Folding, arXiv 2504.14960). Dense models keep
+    ep = 1 and etp = tp."""
+    ep, etp = t["ep"], t["etp"]
     if not a.n_experts:
-        return ep > 1
-    return (a.n_experts % ep != 0) | ((t["dp"] * t["cp"]) % ep != 0)
+        return (ep > 1) | (etp != t["tp"])
+    grid = t["tp"] * t["cp"] * t["dp"]
+    return (a.n_experts % ep != 0) | (a.expert_ffn % etp != 0) | (grid % (ep * etp) != 0)
 
 
 def _tp_in_node(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
+    """TP and expert-TP groups (innermost ranks, stride 1) inside one NVLink domain."""
     g = p.cluster.nvlink_domain
-    return (t["tp"] > g) | (g % t["tp"] != 0)
+    return (t["tp"] > g) | (g % t["tp"] != 0) | (t["etp"] > g) | (g % t["etp"] != 0)
 
 
 def _ep_in_node(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
+    """The expert-TP x EP block (ranks 0 .. etp x ep - 1 of the expert grid) inside one NVLink
+    domain (Megatron-Core MoE guide: keep EP x TP communication within NVLink)."""
     g = p.cluster.nvlink_domain
-    span = t["tp"] * t["ep"]
+    span = t["etp"] * t["ep"]
     return (span > g) | (g % span != 0)
 
 
@@ -137,11 +146,12 @@ RULES: tuple[Rule, ...] = (
          "zbv/dualpipev vp = 2) and needs pp > 1; dualpipe needs an even pp and micro-batch "
          "count, dualpipe(v) at least 2 x pp micro-batches", _schedule),
     Rule("experts", Reject.EXPERTS,
-         "ep must divide the experts and dp x cp (ep = 1 for dense models)", _experts),
+         "ep must divide the experts, etp the expert FFN width and etp x ep the tp x cp x dp "
+         "ranks of a stage (ep = 1, etp = tp for dense models)", _experts),
     Rule("tp_in_node", Reject.TP_NODE,
-         "a TP group must sit inside one NVLink domain (--allow-tp-across-nodes lifts this)",
-         _tp_in_node),
-    Rule("ep_in_node", Reject.EP_NODE, "tp x ep must sit inside one NVLink domain (optional)",
+         "a TP or expert-TP group must sit inside one NVLink domain (--allow-tp-across-nodes "
+         "lifts this)", _tp_in_node),
+    Rule("ep_in_node", Reject.EP_NODE, "etp x ep must sit inside one NVLink domain (optional)",
          _ep_in_node, default_on=False),
 )
 RULE_BY_NAME = {r.name: r for r in RULES}

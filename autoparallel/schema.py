@@ -12,7 +12,7 @@ from .specs import GPUSpec, Layout, ModelSpec, Profile
 from .specs.job import JobSpec
 from .specs.stack import StackSpec
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 """Version of the output schemas (`estimate`, `plan`, `capacity`). Version 2: field descriptions
 with units and a typed `problem` object in the plan output. Version 3: the job settings
 (`JobSpec`: stack, precision, dtypes, overlaps, overrides) in the estimate's `job` object and
@@ -24,7 +24,8 @@ parameter counts), memory as the allocator and nvidia-smi see it (`memory_gib.re
 `device`, `headroom`, `by_stage`) and `layout.recompute_layers` (partial full recompute).
 Version 4: `layout.recompute_group` (uniform recompute groups), `layout.recompute_modules`
 (named-module selective recompute), `layout.offload_layers` (activation offload),
-`layout.optimizer_offload` (optimizer-state offload) and `time_s.offload`.
+`layout.optimizer_offload` (optimizer-state offload) and `time_s.offload`. Version 5:
+`layout.etp` and `layout.edp` (MoE parallel folding: expert tensor- and data-parallel degrees).
 `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 
@@ -47,7 +48,12 @@ class LayoutOut(_Out):
     cp: int
     """Context-parallel degree."""
     ep: int
-    """Expert-parallel degree (carved out of dp x cp)."""
+    """Expert-parallel degree (1 for dense models)."""
+    etp: int
+    """Expert tensor-parallel degree (Megatron `--expert-tensor-parallel-size`; tp by default)."""
+    edp: int
+    """Expert data-parallel degree, tp x cp x dp / (etp x ep): the expert grid etp x ep x edp
+    folds onto each pipeline stage's tp x cp x dp ranks (MoE Parallel Folding)."""
     zero: int
     """ZeRO stage 0-3 over dp x cp (1 = distributed optimizer)."""
     recompute: str
@@ -275,7 +281,7 @@ class RobustnessOut(_Out):
     parallel_dims: int
     """How many of dp, tp, pp, cp, ep exceed 1."""
     tp_ep_in_node: bool
-    """Whether tp x ep fits in the scale-up domain."""
+    """Whether tp and the expert-TP x EP block (etp x ep) each fit in the scale-up domain."""
 
 
 class RankedOut(EstimateOut):

@@ -522,7 +522,8 @@ def test_torchtitan_export_writes_the_uneven_splits_its_own_split_reproduces():
             assert f"pipeline_parallel_{key}{sep}{value}" in text, (version, key)
     # 61 layers (DeepSeek-V3) on pp 4 as [15, 16, 16, 14]: E = 61 + 1 + 2 = 64, 16 per stage
     ds = make_problem("deepseek-v3", "h100", 256, 4096, 1024)
-    text = render("torchtitan", ds, Layout(tp=8, pp=4, ep=8, stage_layers=[15, 16, 16, 14]))
+    # (TorchTitan 0.3 borrows EP from dp_shard x cp x tp without expert TP: etp = 1)
+    text = render("torchtitan", ds, Layout(tp=8, pp=4, ep=8, etp=1, stage_layers=[15, 16, 16, 14]))
     assert "pipeline_parallel_first_stage_less_layers=1" in text
     assert "pipeline_parallel_last_stage_less_layers=2" in text
     # the rest is refused with the reason and the targets that can: a first stage heavier than

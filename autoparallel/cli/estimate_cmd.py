@@ -27,6 +27,7 @@ def estimate_command(
     vp: Annotated[int, typer.Option(help="Virtual stages per pipeline rank (interleaving).")] = 1,
     cp: Annotated[int, typer.Option(help="Context-parallel degree.")] = 1,
     ep: Annotated[int, typer.Option(help="Expert-parallel degree.")] = 1,
+    etp: Annotated[Optional[int], typer.Option(help="Expert tensor-parallel degree (Megatron --expert-tensor-parallel-size; etp x ep may exceed dp: parallel folding) [tp].", show_default=False)] = None,
     zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (1 = distributed optimizer).")] = 1,
     recompute: Annotated[Recompute, typer.Option(help="Activation recomputation.")] = Recompute.NONE,
     sp: Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp > 1).", show_default=False)] = None,
@@ -64,7 +65,8 @@ def estimate_command(
     try:
         from ..specs.layout import parse_stage_layers
 
-        layout = Layout(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, recompute=recompute,
+        layout = Layout(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, etp=etp, zero=zero,
+                        recompute=recompute,
                         sp=sp, micro_batch=micro_batch, schedule=schedule,
                         recompute_layers=recompute_num_layers, recompute_group=recompute_group,
                         recompute_modules=recompute_modules.split(",") if recompute_modules else None,

@@ -86,6 +86,7 @@ def export_command(
     vp: Annotated[Optional[int], typer.Option(help="Virtual stages per pipeline rank [1].", show_default=False)] = None,
     cp: Annotated[Optional[int], typer.Option(help="Context-parallel degree [1].", show_default=False)] = None,
     ep: Annotated[Optional[int], typer.Option(help="Expert-parallel degree [1].", show_default=False)] = None,
+    etp: Annotated[Optional[int], typer.Option(help="Expert tensor-parallel degree (Megatron --expert-tensor-parallel-size) [tp].", show_default=False)] = None,
     zero: Annotated[Optional[int], typer.Option(help="ZeRO stage 0-3 [1].", show_default=False)] = None,
     recompute: Annotated[Optional[Recompute], typer.Option(help="Activation recomputation [none].", show_default=False)] = None,
     sp: Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp > 1).", show_default=False)] = None,
@@ -112,7 +113,7 @@ def export_command(
         raise SpecError(f"missing --target: choose one of {', '.join(EXPORTERS)}")
     sbatch = {"time": time, "partition": partition, "account": account, "qos": qos}
     exporter = get_exporter(target, target_version, **sbatch)
-    flags = {"dp": dp, "tp": tp, "pp": pp, "vp": vp, "cp": cp, "ep": ep, "zero": zero,
+    flags = {"dp": dp, "tp": tp, "pp": pp, "vp": vp, "cp": cp, "ep": ep, "etp": etp, "zero": zero,
              "recompute": recompute, "sp": sp, "micro_batch": micro_batch,
              "stage_layers": stage_layers, "schedule": schedule,
              "recompute_layers": recompute_num_layers, "recompute_group": recompute_group,

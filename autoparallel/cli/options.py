@@ -146,6 +146,7 @@ class SearchOptions:
     vp: AxisOpt = None
     cp: AxisOpt = None
     ep: AxisOpt = None
+    etp: Annotated[Optional[str], typer.Option(help="Expert tensor-parallel degrees to allow (default: those that divide the expert FFN inside a node; etp x ep may exceed dp).", show_default=False)] = None
     zero: AxisOpt = None
     recompute: Annotated[Optional[str], typer.Option(help="Comma-separated: none,selective,full.", show_default=False)] = None
     sp: Annotated[Optional[str], typer.Option(help="on, off or both.", show_default=False)] = None
@@ -161,7 +162,7 @@ class SearchOptions:
     optimizer_offload: Annotated[Optional[str], typer.Option(help="Optimizer-state offload shares to try, e.g. 0,0.5,1 (Megatron --optimizer-offload-fraction, ZeRO-Offload).", show_default=False)] = None
     offload: Annotated[bool, typer.Option(help="Search offload too: activation offload of a quarter, half, three quarters and all but one of the layers, optimizer offload 0.5 and 1 (unless the two flags above narrow it).")] = False
     allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let TP groups span nodes.")] = False
-    ep_in_node: Annotated[bool, typer.Option(help="Require tp x ep inside one node.")] = False
+    ep_in_node: Annotated[bool, typer.Option(help="Require etp x ep inside one node.")] = False
 
     def search_space(self):
         """The search space from the file and/or flags (flags narrow the file)."""
@@ -181,7 +182,7 @@ class SearchOptions:
             if sp_values is None:
                 raise SpecError(f"`--sp` = {self.sp!r}: choose on, off or both")
         ints = {a: parse_int_list(getattr(self, a), "--" + a.replace("_", "-"))
-                for a in ("tp", "pp", "vp", "cp", "ep", "zero", "micro_batch")}
+                for a in ("tp", "pp", "vp", "cp", "ep", "etp", "zero", "micro_batch")}
         return space.narrowed(recompute=rc, sp=sp_values, **ints, **self._pipeline(),
                               **self._extras())
 

@@ -4,7 +4,8 @@ Model states follow the seed and ZeRO (Rajbhandari et al., arXiv 1910.02054, Sec
 16 bytes/parameter (bf16 param 2 + grad 2 + fp32 master/m/v 12), 18 with fp32 grads (Megatron,
 reference §1.2); ZeRO-1 shards the 12, ZeRO-2 also the grads, ZeRO-3 also the params, over the
 data-parallel group DP x CP (Megatron's distributed optimizer shards over DP x CP, reference §1.2
-caveat i); expert parameters shard over the expert-data-parallel group DP x CP / EP.
+caveat i); expert parameters shard over ETP x EP and their states over the expert-data-parallel
+group EDP = TP x CP x DP / (ETP x EP) (MoE Parallel Folding, arXiv 2504.14960).
 Activations follow Korthikanti et al. (arXiv 2205.05198) generalised in reference §3.4.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..layouts import LayoutTable
+from ..layouts import LayoutTable, edp
 from ..specs.precision import recipe
 from ..specs.problem import Problem
 from ..units import GiB
@@ -41,8 +42,8 @@ def stage_params(arch: Arch, t: LayoutTable, st: Stage) -> tuple[np.ndarray, np.
         + st.output * np.where((t["pp"] > 1) & (arch.p_output == 0), arch.p_embed, arch.p_output) / tp
         + st.output * arch.p_final_norm
     )
-    # routed experts: EP splits the experts, expert-TP (= tp, Megatron's default) splits each one
-    expert = st.n_moe * arch.p_routed / (t["ep"] * tp)
+    # routed experts: EP splits the experts, expert-TP (`etp`, Megatron's default tp) each one
+    expert = st.n_moe * arch.p_routed / (t["ep"] * t["etp"])
     # DualPipe keeps a second copy of the rank's stages (DeepSeek-V3 report Table 2: 2x parameters)
     return dense * st.copies, expert * st.copies
 
@@ -141,7 +142,7 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
     tp, cp, dp = (t[k].astype(np.float64) for k in ("tp", "cp", "dp"))
     zero = t["zero"]
     d = dp * cp
-    d_e = d / t["ep"]
+    d_e = edp(t)
     dense, expert = stage_params(arch, t, st)
 
     def sharded(n_bytes: float, stage_from: int) -> np.ndarray:

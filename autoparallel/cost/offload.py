@@ -157,10 +157,11 @@ def selective_recompute_time(problem: Problem, arch: Arch, t: LayoutTable, moe: 
     out = out + np.where(_has(t, RecomputeModule.LAYERNORM), elem(per["layernorm"]), 0.0)
     if moe:
         E, k = arch.n_experts, arch.top_k
+        etp = t["etp"].astype(np.float64)
         local = E / ep
-        per_expert = T * k * ep / E
-        experts = linear_time(problem, per_expert, arch.mlp_up * arch.expert_ffn / tp, h, local) \
-            + linear_time(problem, per_expert, h, arch.expert_ffn / tp, local)
+        per_expert = T * k * ep * etp / (E * tp)
+        experts = linear_time(problem, per_expert, arch.mlp_up * arch.expert_ffn / etp, h, local) \
+            + linear_time(problem, per_expert, h, arch.expert_ffn / etp, local)
         shared = 0.0
         if arch.shared_ffn:
             f_s = arch.shared_ffn

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..layouts import LayoutTable
+from ..layouts import LayoutTable, edp
 from ..placement import layout_groups
 from ..specs.precision import recipe
 from ..specs.problem import Problem
@@ -49,11 +49,14 @@ def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
     gemm = gemm + linear_time(problem, T, h, arch.p_attn_out / h / tp)  # output projection
     if moe:
         E, k = arch.n_experts, arch.top_k
-        per_expert = T * k * ep / E  # balanced routing: tokens each local expert receives
+        etp = t["etp"].astype(np.float64)
+        # balanced routing: each rank routes its T / tp tokens (SP shard), the all-to-all and
+        # the expert-TP all-gather hand each local expert etp x k x T / tp x ep / E of them
+        per_expert = T * k * ep * etp / (E * tp)
         local = E / ep
         gemm = gemm + gemm_time(problem, T, E, h)  # router
-        gemm = gemm + linear_time(problem, per_expert, arch.mlp_up * arch.expert_ffn / tp, h, local)
-        gemm = gemm + linear_time(problem, per_expert, h, arch.expert_ffn / tp, local)
+        gemm = gemm + linear_time(problem, per_expert, arch.mlp_up * arch.expert_ffn / etp, h, local)
+        gemm = gemm + linear_time(problem, per_expert, h, arch.expert_ffn / etp, local)
         if arch.shared_ffn:
             f_s = arch.shared_ffn
             gemm = gemm + linear_time(problem, T, arch.mlp_up * f_s / tp, h)
@@ -265,7 +268,7 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
 
     zero = t["zero"]
     d = (t["dp"] * t["cp"]).astype(np.float64)
-    d_e = d / t["ep"]
+    d_e = edp(t)
     gb = float(problem.training.grad_bytes)
     items_by_stage = []
     for name, v in per_stage.items():
