@@ -29,6 +29,7 @@ class Reject(IntFlag):
     EP_NODE = 256
     OOM = 512
     SCHEDULE = 1024
+    A2A_OVERLAP = 2048
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,18 @@ def _ep_in_node(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
     return (span > g) | (g % span != 0)
 
 
+def _a2a_overlap(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
+    """With the EP all-to-all overlap on (`moe_a2a_overlap`), the layouts Megatron-Core's
+    TransformerConfig accepts it for: EP > 1, no full recompute, no `moe` among the recomputed
+    modules, and with a pipeline virtual stages (transformer_config.py asserts)."""
+    if not (a.n_experts and p.training.moe_a2a_overlap):
+        return np.zeros(len(t), dtype=bool)
+    from .specs.layout import MODULE_BITS, RecomputeModule
+
+    moe_rc = (t["rc"] == 1) & ((t["rm"] & MODULE_BITS[RecomputeModule.MOE]) != 0)
+    return (t["ep"] == 1) | (t["rc"] == 2) | moe_rc | ((t["pp"] > 1) & (t["vp"] == 1))
+
+
 RULES: tuple[Rule, ...] = (
     Rule("world", Reject.WORLD, "dp x tp x pp x cp must equal the GPU count", _world),
     Rule("heads", Reject.HEADS,
@@ -153,6 +166,10 @@ RULES: tuple[Rule, ...] = (
          "lifts this)", _tp_in_node),
     Rule("ep_in_node", Reject.EP_NODE, "etp x ep must sit inside one NVLink domain (optional)",
          _ep_in_node, default_on=False),
+    Rule("a2a_overlap", Reject.A2A_OVERLAP,
+         "the EP all-to-all overlap (--moe-a2a-overlap) needs ep > 1, no full recompute and no "
+         "recomputed moe module, and virtual stages with a pipeline (Megatron-Core checks)",
+         _a2a_overlap),
 )
 RULE_BY_NAME = {r.name: r for r in RULES}
 

@@ -25,7 +25,9 @@ parameter counts), memory as the allocator and nvidia-smi see it (`memory_gib.re
 Version 4: `layout.recompute_group` (uniform recompute groups), `layout.recompute_modules`
 (named-module selective recompute), `layout.offload_layers` (activation offload),
 `layout.optimizer_offload` (optimizer-state offload) and `time_s.offload`. Version 5:
-`layout.etp` and `layout.edp` (MoE parallel folding: expert tensor- and data-parallel degrees).
+`layout.etp` and `layout.edp` (MoE parallel folding: expert tensor- and data-parallel degrees),
+`time_s.host` (exposed host launch time of dynamic-shape MoE layers) and the MoE job settings
+(`moe_dispatcher`, `moe_a2a_overlap`, `moe_routing`, `moe_capacity_factor`, `cuda_graphs`).
 `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 
@@ -179,6 +181,10 @@ class TimeOut(_Out):
     offload: float
     """Host-link transfers not hidden by compute (activation offload) plus the offloaded
     optimizer share's gradient and parameter copies and CPU Adam step."""
+    host: float
+    """Host (CPU) launch time the GPU waits for: dynamic-shape MoE layers sync their token
+    counts to the host each layer, so their kernel launches are exposed (less with CUDA graphs;
+    0 with static shapes)."""
     step: float
     """Sum of the items above: one optimizer step."""
     step_low: float

@@ -38,6 +38,10 @@ class Arch:
     expert_ffn: int
     n_shared: int
     shared_ffn: int
+    n_groups: int
+    """Expert groups of group-limited routing (0: none)."""
+    topk_groups: int
+    """Groups a token's experts come from (0: no limit)."""
     """Summed FFN width of the shared experts of one MoE layer."""
     window: int
     """Sliding attention window in tokens (0: none)."""
@@ -78,6 +82,7 @@ class Arch:
     act_mlp_shard: float
     act_moe_rep: float
     act_moe_shard: float
+    """Shared experts' bytes per token, TP-sharded (the routed copies: `cost.moe_memory`)."""
 
     # ------------------------------------------------------------------ parameters
     @property
@@ -202,10 +207,11 @@ def build_arch(model: ModelSpec) -> Arch:
     act_mlp_rep = (4 + delta) * h
     act_mlp_shard = c_f * model.ffn_hidden_size
     # MoE MLP (reference §3.5, derived): LN input 2h + router input 2h + mask + fp32 router
-    # probabilities 4E [replicated]; per routed copy: permuted expert input 2h + c_f f_e +
-    # combine input 2h; shared experts c_f f_e each [sharded].
+    # probabilities 4E [replicated]; shared experts c_f f_e each [sharded]. The routed copies
+    # (permuted expert input 2h + c_f f_e + combine input 2h each) are held per rank, by the
+    # expert grid (`cost.moe_memory.routed_activation_bytes`).
     act_moe_rep = (4 + delta) * h + 4.0 * E
-    act_moe_shard = k * (4.0 * h + c_f * f_e) + c_f * f_sh
+    act_moe_shard = c_f * f_sh
 
     p_mlp = mu * h * model.ffn_hidden_size
     p_norm = 2.0 * h
@@ -240,6 +246,8 @@ def build_arch(model: ModelSpec) -> Arch:
         expert_ffn=f_e,
         n_shared=n_sh,
         shared_ffn=f_sh,
+        n_groups=(moe.n_groups or 0) if moe else 0,
+        topk_groups=(moe.topk_groups or 0) if moe else 0,
         window=model.sliding_window or 0,
         n_window_layers=model.sliding_layers,
         p_attn_q=float(p_q),

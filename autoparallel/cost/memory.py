@@ -19,6 +19,7 @@ from ..specs.problem import Problem
 from ..units import GiB
 from .arch import Arch
 from .model_code import model_code
+from .moe_memory import dispatch_buffer_bytes, routed_activation_bytes
 from .device_memory import outside_allocator_bytes, reserved_bytes
 from .offload import keeps_scores, offloaded_layers, selective_saved, uniform_groups
 from .stages import STAGES, Stage, micro_batches, stages
@@ -65,8 +66,9 @@ def layer_activation_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bo
     Low precision (`low_precision` and a stack that saves quantised inputs, e.g. Transformer
     Engine): the inputs of the linear layers are kept in the recipe's element size instead of
     2 bytes: QKV and FC1 inputs 2h + 2h (replicated without SP), output-projection input 2 n_h d_v
-    and FC2 input 2f per token (TP-sharded); for MoE layers the routed tokens' expert inputs
-    k (2h + 2f_e) and the shared experts' FC2 inputs.
+    and FC2 input 2f per token (TP-sharded); for MoE layers the shared experts' FC2 inputs. The
+    routed experts' tensors are per rank, with expert TP and the routing's imbalance
+    (`cost.moe_memory.routed_activation_bytes`).
     """
     s, b = problem.training.seq_len, t["mb"].astype(np.float64)
     tp, cp = t["tp"].astype(np.float64), t["cp"].astype(np.float64)
@@ -88,12 +90,14 @@ def layer_activation_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bo
     kv = arch.act_attn_kv + code.rope_extra * k_w
     stored = tokens * (rep / rep_div + shard / tp + kv / kv_div)
     rec = recipe(problem.training.precision)
-    if low_precision and rec.low and problem.stack.low_precision_activations:
+    quantised = low_precision and rec.low and problem.stack.low_precision_activations
+    if moe:  # the routed experts' tensors, per rank (`cost.moe_memory`: expert TP, imbalance)
+        stored = stored + routed_activation_bytes(problem, arch, t, low_precision=quantised)
+    if quantised:
         h = arch.hidden
         lin_rep = 4.0 * h
-        if moe:
-            lin_shard = 2.0 * arch.p_attn_out / h + arch.top_k * (2.0 * h + 2.0 * arch.expert_ffn) \
-                + arch.n_shared * 2.0 * arch.expert_ffn
+        if moe:  # attention output projection, shared experts' FC2 inputs
+            lin_shard = 2.0 * arch.p_attn_out / h + 2.0 * arch.shared_ffn
         else:
             lin_shard = 2.0 * arch.p_attn_out / h + 2.0 * arch.p_mlp / (h * (arch.mlp_up + 1))
         saved = (1.0 - rec.element_bytes / 2.0) * tokens * (lin_rep / rep_div + lin_shard / tp)
@@ -272,7 +276,9 @@ def memory_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.
     `cost.device_memory`); with an explicit `usable_fraction`, the allocated peak
     against capacity x usable_fraction (the seed's rule)."""
     sts = stages(arch, t, problem.training.global_batch)
-    outside = outside_allocator_bytes(t, tied_embeddings=arch.p_output == 0)
+    # outside PyTorch's allocator: CUDA context, NCCL, and DeepEP's own buffers (`cost.moe_memory`)
+    outside = outside_allocator_bytes(t, tied_embeddings=arch.p_output == 0) \
+        + dispatch_buffer_bytes(problem, arch, t)
     per_stage = [stage_memory(problem, arch, t, sts[name]) for name in STAGES]
     out: dict[str, np.ndarray] = {}
     for name, items in zip(STAGES, per_stage):

@@ -95,14 +95,13 @@ def module_saved_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bool) 
         coef = 5.0 if arch.dropout else 2.0
         out["core_attn"] = coef * b * (arch.n_heads / tp) * (s / cp) * s
     if moe:
-        f_e = arch.expert_ffn
-        shared_lin = arch.n_shared * 2.0 * f_e
-        shared = arch.act_coef * arch.shared_ffn - (1.0 - lin) * shared_lin
-        routed = arch.top_k * (4.0 * h + arch.act_coef * f_e) \
-            - (1.0 - lin) * arch.top_k * (2.0 * h + 2.0 * f_e)
-        out["moe_act"] = tokens * lin * arch.top_k * 2.0 * f_e / tp
+        from .moe_memory import moe_act_bytes, routed_activation_bytes  # per rank
+
+        shared = arch.act_coef * arch.shared_ffn - (1.0 - lin) * 2.0 * arch.shared_ffn
+        routed = routed_activation_bytes(problem, arch, t, low_precision=lin < 1.0)
+        out["moe_act"] = moe_act_bytes(problem, arch, t)
         out["shared_experts"] = tokens * shared / tp
-        out["moe"] = tokens * ((routed + shared) / tp + 4.0 * arch.n_experts / rep_div)
+        out["moe"] = routed + tokens * (shared / tp + 4.0 * arch.n_experts / rep_div)
         out["mlp"] = zero
     else:
         f = arch.p_mlp / (h * (arch.mlp_up + 1))
@@ -147,7 +146,7 @@ def selective_recompute_time(problem: Problem, arch: Arch, t: LayoutTable, moe: 
     rc != 1); `attn` is the layer's core-attention forward (core_attn)."""
     s = problem.training.seq_len
     T = t["mb"].astype(np.float64) * s / t["cp"]
-    tp, ep = t["tp"].astype(np.float64), t["ep"].astype(np.float64)
+    tp = t["tp"].astype(np.float64)
     h = arch.hidden
     kv_div = np.minimum(tp, arch.n_kv_heads)
     per = module_saved_bytes(problem, arch, t, moe)
@@ -156,12 +155,9 @@ def selective_recompute_time(problem: Problem, arch: Arch, t: LayoutTable, moe: 
     out = np.where(_has(t, RecomputeModule.CORE_ATTN), attn, 0.0)
     out = out + np.where(_has(t, RecomputeModule.LAYERNORM), elem(per["layernorm"]), 0.0)
     if moe:
-        E, k = arch.n_experts, arch.top_k
-        etp = t["etp"].astype(np.float64)
-        local = E / ep
-        per_expert = T * k * ep * etp / (E * tp)
-        experts = linear_time(problem, per_expert, arch.mlp_up * arch.expert_ffn / etp, h, local) \
-            + linear_time(problem, per_expert, h, arch.expert_ffn / etp, local)
+        from .moe_layer import expert_gemms  # the MoE block's own grouped GEMMs
+
+        experts = expert_gemms(problem, arch, t)
         shared = 0.0
         if arch.shared_ffn:
             f_s = arch.shared_ffn

@@ -22,87 +22,107 @@ from ..units import MS
 from .arch import Arch
 from .comm import Collective, collective_time
 from .compute import attention_time, gemm_time, linear_time, memory_bound_time
+from .moe_dispatch import dispatch_time
+from .moe_layer import exposed_dispatch, moe_ffn
 from .memory import layer_activation_bytes, stage_params
+from .overlap import exposed_share as _exposed_share
+from .overlap import hidden_cost as _hidden_cost
 from .offload import (activation_offload_time, moe_recomputed, offloaded_layers,
                       optimizer_offload_time, selective_recompute_time)
 from .stages import micro_batches, stages
 
 TIME_ITEMS = (
     "compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble",
-    "optimizer", "offload",
+    "optimizer", "offload", "host",
 )
 ATTN_BWD = 2.5  # flash-attention backward FLOPs / forward FLOPs (reference §2.4)
 ADAM_BYTES = 26.0  # per parameter: fp32 master r+w 8, m r+w 8, v r+w 8, bf16 param write 2; + grad read
 DDP_BUCKET_PARAMS = 4e7  # Megatron DDP bucket, max(4e7, 1e6 * dp * cp) parameters (reference §0)
 
 
-def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
-    """(gemm, attention, elementwise) forward seconds of one layer, one micro-batch, one GPU."""
+def _attention_forward(problem: Problem, arch: Arch, t: LayoutTable):
+    """(GEMM, core attention) forward seconds of a layer's attention block, one micro-batch,
+    one GPU: QKV (or MLA) and output projections, split by TP, and the fused attention kernel."""
     s = problem.training.seq_len
     b = t["mb"].astype(np.float64)
-    tp, cp, ep = (t[k].astype(np.float64) for k in ("tp", "cp", "ep"))
+    tp, cp = t["tp"].astype(np.float64), t["cp"].astype(np.float64)
     h = arch.hidden
     T = b * s / cp  # tokens through each GEMM (SP all-gathers the TP shards first)
     kv_div = np.minimum(tp, arch.n_kv_heads)
     in_proj = (arch.p_attn_q - arch.p_attn_out) / tp + arch.p_attn_kv / kv_div + arch.p_attn_rep
     gemm = linear_time(problem, T, in_proj / h, h)  # QKV (or MLA) projections
     gemm = gemm + linear_time(problem, T, h, arch.p_attn_out / h / tp)  # output projection
-    if moe:
-        E, k = arch.n_experts, arch.top_k
-        etp = t["etp"].astype(np.float64)
-        # balanced routing: each rank routes its T / tp tokens (SP shard), the all-to-all and
-        # the expert-TP all-gather hand each local expert etp x k x T / tp x ep / E of them
-        per_expert = T * k * ep * etp / (E * tp)
-        local = E / ep
-        gemm = gemm + gemm_time(problem, T, E, h)  # router
-        gemm = gemm + linear_time(problem, per_expert, arch.mlp_up * arch.expert_ffn / etp, h, local)
-        gemm = gemm + linear_time(problem, per_expert, h, arch.expert_ffn / etp, local)
-        if arch.shared_ffn:
-            f_s = arch.shared_ffn
-            gemm = gemm + linear_time(problem, T, arch.mlp_up * f_s / tp, h)
-            gemm = gemm + linear_time(problem, T, h, f_s / tp)
-    else:
-        f = arch.p_mlp / (h * (arch.mlp_up + 1))  # = ffn, or its n_params-scaled equivalent
-        gemm = gemm + linear_time(problem, T, arch.mlp_up * f / tp, h)
-        gemm = gemm + linear_time(problem, T, h, f / tp)
     # causal core attention: b * s^2 * n_h (d_qk + d_v) forward FLOPs (reference §2.1), split by
     # TP (heads) and CP (load-balanced sequence chunks); sliding-window layers compute a fraction
     window = arch.attn_pair_fraction(problem.training.seq_len)
     attn = attention_time(problem, b * s * s * arch.attn_score_width * window / (tp * cp))
-    # elementwise kernels write and re-read what the layer stores (reference §3.4 accounting); the
-    # stack's fitted `elementwise_factor` already covers how fused its kernels are, so the
-    # model-code extras (cost.model_code) are memory-only here
+    return gemm, attn
+
+
+def _dense_mlp_forward(problem: Problem, arch: Arch, t: LayoutTable) -> np.ndarray:
+    """Forward GEMM seconds of a dense MLP, split by TP."""
+    h = arch.hidden
+    T = t["mb"].astype(np.float64) * problem.training.seq_len / t["cp"]
+    tp = t["tp"].astype(np.float64)
+    f = arch.p_mlp / (h * (arch.mlp_up + 1))  # = ffn, or its n_params-scaled equivalent
+    return linear_time(problem, T, arch.mlp_up * f / tp, h) + linear_time(problem, T, h, f / tp)
+
+
+def _elementwise(problem: Problem, arch: Arch, t: LayoutTable, moe: bool) -> np.ndarray:
+    """Elementwise kernels write and re-read what the layer stores (reference §3.4 accounting);
+    the stack's fitted `elementwise_factor` covers how fused its kernels are, so the model-code
+    extras (cost.model_code) are memory-only."""
     stored = layer_activation_bytes(problem, arch, t, moe, recompute=np.zeros_like(t["rc"]),
                                     low_precision=False, code_extras=False)
-    elem = memory_bound_time(problem, 2.0 * problem.profile.elementwise_factor * stored)
-    return gemm, attn, elem
+    return memory_bound_time(problem, 2.0 * problem.profile.elementwise_factor * stored)
 
 
-def _tp_comm_layer(problem: Problem, t: LayoutTable, grp, arch: Arch) -> np.ndarray:
-    """Forward TP communication of one layer: 2 all-reduces (no SP) or 2 all-gathers plus 2
-    reduce-scatters (SP) of the s*b*h bf16 activation (reference §5.5; seed table)."""
+def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
+    """(GEMM, core attention, elementwise) forward seconds of one layer of a kind, one
+    micro-batch, one GPU: the attention block plus a dense MLP, or the MoE block
+    (`cost.moe_layer.moe_ffn`; router, experts, shared experts, router scores)."""
+    gemm, attn = _attention_forward(problem, arch, t)
+    if not moe:
+        return gemm + _dense_mlp_forward(problem, arch, t), attn, _elementwise(problem, arch, t, False)
+    ffn = moe_ffn(problem, arch, t, np.zeros(len(t)))
+    return gemm + ffn.gemm, attn, _elementwise(problem, arch, t, True) + ffn.elem
+
+
+def _tp_pair(problem: Problem, t: LayoutTable, grp, arch: Arch) -> np.ndarray:
+    """One block's forward TP communication: an all-reduce (no SP) or an all-gather plus a
+    reduce-scatter (SP) of the s*b*h bf16 activation (reference §5.5; seed table). A dense layer
+    has two such blocks (attention, MLP)."""
     T = t["mb"] * problem.training.seq_len / t["cp"]
     S = 2.0 * T * arch.hidden
     ar = collective_time(problem, Collective.ALL_REDUCE, S, grp)
     ag_rs = collective_time(problem, Collective.ALL_GATHER, S, grp) + collective_time(
         problem, Collective.REDUCE_SCATTER, S, grp)
-    return 2.0 * np.where(t["sp"] == 1, ag_rs, ar)
+    return np.where(t["sp"] == 1, ag_rs, ar)
 
 
 def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[str, dict]:
-    """Per-micro-batch seconds of each stage: fwd, bwd, recompute, tp, cp, ep."""
+    """Per-micro-batch seconds of each stage: fwd, bwd, recompute, tp, cp, ep, host."""
     prof = problem.profile
     rc = t["rc"]
     tp, cp = t["tp"].astype(np.float64), t["cp"].astype(np.float64)
     T = t["mb"] * problem.training.seq_len / cp
     kv_div = np.minimum(tp, arch.n_kv_heads)
-    dense = _layer_forward(problem, arch, t, moe=False)
-    moe = _layer_forward(problem, arch, t, moe=True) if arch.n_moe_layers else dense
-
-    tp_fwd = _tp_comm_layer(problem, t, groups["tp"], arch)
+    pair = _tp_pair(problem, t, groups["tp"], arch)
+    attn_gemm, attn = _attention_forward(problem, arch, t)
+    zero = np.zeros(len(t))
+    # each layer kind: (GEMM, core attention, elementwise, overlappable TP communication) forward
+    kinds = {"dense": (attn_gemm + _dense_mlp_forward(problem, arch, t), attn,
+                       _elementwise(problem, arch, t, False), 2.0 * pair)}
+    if arch.n_moe_layers:  # the MoE feed-forward block (`cost.moe_layer`, `cost.moe_dispatch`)
+        ffn = moe_ffn(problem, arch, t, pair)
+        kinds["moe"] = (attn_gemm + ffn.gemm, attn, _elementwise(problem, arch, t, True) + ffn.elem,
+                        pair + ffn.tp)
+        dispatch = dispatch_time(problem, arch, t, groups)
+    else:
+        kinds["moe"] = kinds["dense"]
     overlapped = problem.training.tp_comm_overlap
 
-    def tp_layer(gemm_f, full):
+    def tp_layer(tp_fwd, gemm_f, full):
         """TP seconds per layer and micro-batch: forward, backward, recomputed forward (`full`:
         share of layers fully recomputed). Exposed in full, or, with TP overlap, hidden behind
         the layer's GEMMs (forward 1x, backward 2x)."""
@@ -118,15 +138,6 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
         b = (cp - 1) * _hidden_cost(prof, 2.0 * step, ATTN_BWD * attn_f / cp)
         return np.where(cp > 1, f * (1.0 + full) + b, 0.0)
 
-    a2a = collective_time(
-        problem, Collective.ALL_TO_ALL, 2.0 * arch.top_k * T / tp * arch.hidden, groups["ep"])
-    ep_share = _exposed_share(prof, prof.ep_overlap)
-    sch = t["sch"]
-    if np.any(sch >= 4):
-        # DualPipe(V) overlaps one micro-batch's all-to-all with another's compute (DeepSeek-V3
-        # report §3.2.1): the all-to-all is hidden, at the SMs it takes (`overlap_sm_fraction`)
-        ep_share = np.where(sch >= 4, prof.overlap_sm_fraction, ep_share)
-
     # output layer + vocab-parallel cross-entropy on the last stage
     V = arch.vocab
     # cross-entropy kernels write and re-read the bf16 logits (2 bytes) and their fp32 copy
@@ -136,10 +147,11 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
     logits_f = logits_gemm + memory_bound_time(problem, ce_bytes)
 
     named = bool(np.any(t["rm"] > 0))
-    sel = {"dense": np.where(rc == 1, dense[1], 0.0), "moe": np.where(rc == 1, moe[1], 0.0)}
+    sel = {k: np.where(rc == 1, kinds[k][1], 0.0) for k in kinds}
+    moe_again = 0.0
     if named:  # named modules (`cost.offload`)
-        sel = {"dense": selective_recompute_time(problem, arch, t, False, dense[1]),
-               "moe": selective_recompute_time(problem, arch, t, True, moe[1])}
+        sel = {"dense": selective_recompute_time(problem, arch, t, False, kinds["dense"][1]),
+               "moe": selective_recompute_time(problem, arch, t, True, kinds["moe"][1])}
         moe_again = moe_recomputed(t)
     offload = bool(np.any(t["ao"] > 0))
     if offload:  # bytes each offloaded layer moves per micro-batch (`cost.offload`)
@@ -152,28 +164,37 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
         parts = {}
         if offload:
             n_off = dict(zip(("dense", "moe"), offloaded_layers(t, st.n_dense, st.n_moe)))
-        for kind, (gemm, attn, elem), n in (("dense", dense, st.n_dense), ("moe", moe, st.n_moe)):
-            fwd = gemm + attn + elem
-            bwd = 2.0 * gemm + ATTN_BWD * attn + 2.0 * elem
+        for kind, n in (("dense", st.n_dense), ("moe", st.n_moe)):
+            gemm, attn_k, elem, tp_fwd = kinds[kind]
+            fwd = gemm + attn_k + elem
+            bwd = 2.0 * gemm + ATTN_BWD * attn_k + 2.0 * elem
             parts[kind] = dict(
                 fwd=n * fwd,
                 bwd=n * bwd,
                 rec=n * np.where(rc == 2, st.recomputed * fwd, sel[kind]),
                 off=activation_offload_time(problem, moved[kind], fwd, bwd, n_off[kind])
                 if offload else 0.0,
-                cp=n * cp_layer(attn, st.recomputed),
-                tp=n * tp_layer(gemm, st.recomputed),
+                cp=n * cp_layer(attn_k, st.recomputed),
+                tp=n * tp_layer(tp_fwd, gemm, st.recomputed),
                 # weight-gradient GEMMs: half the GEMM backward (one of its two GEMMs, = forward)
                 wgrad=n * gemm,
             )
+        ep, host = zero, zero
+        if arch.n_moe_layers:
+            again = st.recomputed + moe_again
+            ep_exposed, etp_exposed = exposed_dispatch(problem, arch, t, dispatch, ffn,
+                                                       kinds["moe"][0] + attn, again)
+            ep = st.n_moe * ep_exposed
+            parts["moe"]["tp"] = parts["moe"]["tp"] + st.n_moe * etp_exposed
+            host = st.n_moe * ffn.host
         out[name] = dict(
             fwd=parts["dense"]["fwd"] + parts["moe"]["fwd"] + st.output * logits_f,
             bwd=parts["dense"]["bwd"] + parts["moe"]["bwd"] + st.output * 2.0 * logits_f,
             rec=parts["dense"]["rec"] + parts["moe"]["rec"],
             tp=parts["dense"]["tp"] + parts["moe"]["tp"],
             cp=parts["dense"]["cp"] + parts["moe"]["cp"],
-            ep=st.n_moe * (a2a * (4.0 + 2.0 * (st.recomputed + (moe_again if named else 0.0)))
-                           * ep_share),
+            ep=ep,
+            host=host,
             off=parts["dense"]["off"] + parts["moe"]["off"],
             wgrad=parts["dense"]["wgrad"] + parts["moe"]["wgrad"] + st.output * logits_gemm,
             stage=st,
@@ -214,19 +235,6 @@ def pipeline_bubble(t: LayoutTable, tau, fwd, wgrad) -> np.ndarray:
                      [zb_h1, zbv, dualpipe, dualpipev], classic)
 
 
-def _exposed_share(prof, overlap: float) -> float:
-    """Cost of communication of which `overlap` is hidden: the exposed part plus the SMs the
-    hidden part takes from compute (`Profile.overlap_sm_fraction`)."""
-    return (1.0 - overlap) + overlap * prof.overlap_sm_fraction
-
-
-def _hidden_cost(prof, comm, window):
-    """Seconds `comm` adds when it may hide behind `window` of compute: what does not fit is
-    exposed, what fits still slows compute by the SM share NCCL takes."""
-    exposed = np.maximum(0.0, comm - window)
-    return exposed + prof.overlap_sm_fraction * (comm - exposed)
-
-
 def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bwd, m):
     """Exposed data-parallel communication seconds per step for one stage (reference §5.5-5.6),
     plus the compute slowdown of the hidden part."""
@@ -261,7 +269,7 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
     pp, vp = t["pp"].astype(np.float64), t["vp"].astype(np.float64)
     tp, sp = t["tp"].astype(np.float64), t["sp"] == 1
     per_stage = stage_times(problem, arch, t, groups)
-    tau = {k: v["fwd"] + v["bwd"] + v["rec"] + v["tp"] + v["cp"] + v["ep"] + v["off"]
+    tau = {k: v["fwd"] + v["bwd"] + v["rec"] + v["tp"] + v["cp"] + v["ep"] + v["off"] + v["host"]
            for k, v in per_stage.items()}
     tau_all = np.stack(list(tau.values()))
     tau_max = np.max(tau_all, axis=0)
@@ -285,6 +293,7 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
             compute=m * (v["fwd"] + v["bwd"]), recompute=m * v["rec"], tp_comm=m * v["tp"],
             cp_comm=m * v["cp"], ep_comm=m * v["ep"], dp_comm=dp,
             optimizer=opt + problem.profile.step_overhead_ms * MS, offload=off,
+            host=m * v["host"],
         ))
     busy = np.stack([sum(it.values()) for it in items_by_stage])
     pace = np.argmax(busy, axis=0)

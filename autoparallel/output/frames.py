@@ -29,7 +29,9 @@ allocator margin; + mem_reserved_gib, mem_device_gib, mem_headroom_gib, mem_firs
 mem_last_stage_gib. Version 4: + `model_code`, `torch_compile`, `autocast` (what the model's code
 saves for backward) after `attention`; + time_offload_s (host-link transfers and CPU optimizer step of offloaded layouts)
 after time_optimizer_s; + `layout` (the full slug) after grad_accum. Version 5: + `etp`, `edp`
-(expert tensor- and data-parallel degrees, MoE parallel folding) after `ep`."""
+(expert tensor- and data-parallel degrees, MoE parallel folding) after `ep`; + the MoE job
+settings `moe_dispatcher`, `moe_a2a_overlap`, `moe_routing`, `moe_capacity_factor`,
+`cuda_graphs` after `tp_comm_overlap`; + `time_host_s` after `time_offload_s`."""
 
 
 def ranked_frame(result) -> pd.DataFrame:

@@ -14,7 +14,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat
 
 from ._base import Spec
 from .precision import PrecisionName
-from .stack import ModelCodeName
+from .stack import CudaGraphs, ModelCodeName, MoEDispatcher, MoERouting
 
 
 def _cli(flag: str, metavar: str = "") -> dict:
@@ -44,6 +44,16 @@ class JobSpec(Spec):
     """fp32 weights under torch.autocast (Composer amp_bf16 over fp32 FSDP parameters, ATorch): the bf16 cast of every weight is cached until the forward ends; default: the stack's (off: 16-bit weights kept by the stack)."""
     tp_comm_overlap: bool | None = Field(None, **_cli("--tp-comm-overlap/--no-tp-comm-overlap"))
     """TP collectives overlapped with GEMMs (Megatron --tp-comm-overlap, TorchTitan async TP); default: the stack's."""
+    moe_dispatcher: MoEDispatcher | None = Field(None, **_cli("--moe-dispatcher"))
+    """MoE token dispatcher: alltoall (NCCL all-to-all), allgather (gather every token of the expert-TP x EP group), deepep or hybridep (Megatron's flex dispatcher with DeepEP or HybridEP kernels: each token crosses the network once per destination node); default: the stack's."""
+    moe_a2a_overlap: bool | None = Field(None, **_cli("--moe-a2a-overlap/--no-moe-a2a-overlap"))
+    """EP all-to-all hidden behind another micro-batch's compute (Megatron --overlap-moe-expert-parallel-comm --delay-wgrad-compute, 1F1B A2A overlap); default: the stack's (off)."""
+    moe_routing: MoERouting | None = Field(None, **_cli("--moe-routing"))
+    """dropless (every token to its top-k experts, auxiliary-loss balancing: the busiest rank gets more), balanced (tokens forced round-robin, as benchmarks run: Megatron --moe-router-force-load-balancing) or capacity (token dropping: each expert takes at most capacity-factor x its share, padded to it); default: the stack's (dropless)."""
+    moe_capacity_factor: PositiveFloat | None = Field(None, **_cli("--moe-capacity-factor"))
+    """With moe_routing = capacity: tokens an expert takes, in units of its balanced share (Megatron --moe-expert-capacity-factor); default 1.0."""
+    cuda_graphs: CudaGraphs | None = Field(None, **_cli("--cuda-graphs"))
+    """CUDA graph capture: none, scoped (Transformer Engine graphs of attention and the MoE router/preprocess; the dynamic-shape MoE part stays eager) or full (whole layers / iteration: needs static shapes, i.e. capacity routing or the hybridep dispatcher); default: the stack's (none)."""
     usable_fraction: float | None = Field(None, gt=0, le=1, **_cli("--usable-fraction"))
     """Override: share of GPU memory the allocated peak may fill (e.g. 0.9); default: the reserved peak (with the fitted fragmentation reserve) must fit in the capacity less CUDA context and NCCL memory."""
     intra_gbps: PositiveFloat | None = Field(None, **_cli("--intra-gbps"))
