@@ -300,6 +300,6 @@ def _layout_error(problem: Problem, lay: Layout, flags: int) -> str:
             f"`tp` = {lay.tp} and `etp` = {lay.expert_tp} must each fit inside one NVLink domain "
             f"of {c.nvlink_domain} GPUs (a divisor of it); or allow TP across nodes"
         )
-    for extra in explain(flags & int(Reject.EP_NODE | Reject.A2A_OVERLAP)):
+    for extra in explain(flags & int(Reject.EP_NODE | Reject.A2A_OVERLAP | Reject.MOE_SP)):
         lines.append(extra)
     return "layout: " + "; ".join(lines)

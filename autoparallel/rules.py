@@ -30,6 +30,7 @@ class Reject(IntFlag):
     OOM = 512
     SCHEDULE = 1024
     A2A_OVERLAP = 2048
+    MOE_SP = 4096
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,16 @@ def _ep_in_node(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
     return (span > g) | (g % span != 0)
 
 
+def _moe_sp(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
+    """An MoE model with TP trains with sequence parallelism: Megatron-Core's MoELayer raises
+    without it ("MoE and tensor parallelism ... without also enabling sequence parallelism",
+    moe_layer.py), TorchTitan always shards the sequence with TP; where the stack has no SP
+    (StackSpec.sequence_parallel false) the rule does not apply."""
+    if not a.n_experts or not p.stack.sequence_parallel:
+        return np.zeros(len(t), dtype=bool)
+    return (t["tp"] > 1) & (t["sp"] == 0)
+
+
 def _a2a_overlap(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
     """With the EP all-to-all overlap on (`moe_a2a_overlap`), the layouts Megatron-Core's
     TransformerConfig accepts it for: EP > 1, no full recompute, no `moe` among the recomputed
@@ -166,6 +177,9 @@ RULES: tuple[Rule, ...] = (
          "lifts this)", _tp_in_node),
     Rule("ep_in_node", Reject.EP_NODE, "etp x ep must sit inside one NVLink domain (optional)",
          _ep_in_node, default_on=False),
+    Rule("moe_sp", Reject.MOE_SP,
+         "an MoE model with tp > 1 needs sequence parallelism (Megatron-Core's MoE layer "
+         "refuses TP without SP; TorchTitan always shards the sequence with TP)", _moe_sp),
     Rule("a2a_overlap", Reject.A2A_OVERLAP,
          "the EP all-to-all overlap (--moe-a2a-overlap) needs ep > 1, no full recompute and no "
          "recomputed moe module, and virtual stages with a pipeline (Megatron-Core checks)",

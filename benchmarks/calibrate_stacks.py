@@ -39,8 +39,22 @@ def _write(stack: str, tables: list[str]) -> None:
     path.write_text(text + MARKER + "\n" + "\n".join(tables), encoding="utf-8")
 
 
+MOE_KNOBS = ("moe_host_overhead_us", "grouped_gemm_expert_us")
+
+
+def moe_knobs(stack: str) -> dict[str, float]:
+    """The stack's cross-GPU MoE knobs as its preset has them (any GPU table; all agree)."""
+    from autoparallel.presets import load_stack
+
+    out: dict[str, float] = {}
+    for knobs in load_stack(stack).profile.values():
+        out |= {k: v for k, v in knobs.items() if k in MOE_KNOBS}
+    return out
+
+
 def _block(res, cases) -> list[str]:
-    lines = []
+    lines = [f"{k} = {v:.4g}  # fitted across GPUs on the stack's MoE runs (benchmarks/fit_moe.py)"
+             for k, v in moe_knobs(cases[0].stack).items()] if cases else []
     for k, v in res.knobs.items():
         note = f"+-{res.std[k]:.2g}" if res.identified(k) else "not identified: near reference"
         lines.append(f"{k} = {v:.4g}  # {note}")
@@ -70,7 +84,8 @@ def main() -> None:
         print("\n".join(_block(res, chosen)), "\n")
         for stack in sorted({c.stack for c in chosen}):
             mine = [c for c in chosen if c.stack == stack]
-            res = fit(mine, ref)
+            # the stack's MoE knobs, fitted across GPUs (benchmarks/fit_moe.py), under its fit
+            res = fit(mine, ref.model_copy(update=moe_knobs(stack)))
             err = np.median(np.abs(np.expm1(res.residuals)))
             srcs = sorted({c.source for c in mine})
             precs = sorted({c.precision for c in mine})

@@ -114,12 +114,13 @@ def test_allgather_dispatcher_gathers_the_expert_tp_x_ep_block(monkeypatch):
 def test_expert_gemm_shapes_with_expert_tp():
     """tp = etp = 2, ep = 32: 8 local experts; each rank holds etp k T_r = k T = 32,768 routed
     tokens (balanced), 4,096 per expert; FC1 is 4096 x (2 x 2048 / 2) x 7168 and FC2
-    4096 x 7168 x (2048 / 2), eight of each, plus 4 us per expert and projection."""
+    4096 x 7168 x (2048 / 2), eight of each, plus the profile's per-expert tail
+    (`grouped_gemm_expert_us`) per expert and projection."""
     p = _ds(moe_routing="balanced")
     t = _table("dp32-tp2-pp16[3,4x14,2]-vp1-cp1-ep32-z1-rselective-sp-mb1")
     got = expert_gemms(p, build_arch(p.model), t)
     want = (linear_time(p, 4096.0, 2 * 1024, H, 8) + linear_time(p, 4096.0, H, 1024, 8)
-            + 2 * 8 * 4.0 * US)
+            + 2 * 8 * p.profile.grouped_gemm_expert_us * US)
     assert got[0] == pytest.approx(float(want[()] if np.ndim(want) == 0 else want[0]), rel=1e-12)
 
 

@@ -20,6 +20,12 @@ class Arch:
     n_layers: int
     n_dense_layers: int
     n_moe_layers: int
+    moe_layer_step: int
+    """Every this-th layer after the leading dense ones is MoE (1: all of them)."""
+    n_lead_dense: int
+    """Leading dense layers (DeepSeek `first_k_dense_replace`), before any MoE layer."""
+    n_mtp: int
+    """Multi-token-prediction modules (each a block of the last kind plus an output pass)."""
     hidden: int
     vocab: int
     n_heads: int
@@ -117,8 +123,27 @@ class Arch:
         return self.n_params - inactive
 
     def param_counts(self) -> dict[str, int]:
-        """`{"total": ..., "active": ...}` parameter counts, as the JSON outputs carry them."""
+        """`{"total": ..., "active": ...}` parameter counts, as the JSON outputs carry them (the
+        main model: a model card's count leaves the multi-token-prediction modules out)."""
         return {"total": round(self.n_params), "active": round(self.n_params_active)}
+
+    @property
+    def mtp_block_params(self) -> float:
+        """Parameters of one multi-token-prediction module besides the shared embedding and
+        output head: a block of the last layer kind, the 2h -> h projection and two norms
+        (DeepSeek-V3 report §2.2: M_k, RMSNorms, transformer block T_k)."""
+        block = self.moe_layer_params if self.n_moe_layers else self.dense_layer_params
+        return block + 2.0 * self.hidden * self.hidden + 2.0 * self.hidden
+
+    def _mtp_gemm_params_per_token(self) -> float:
+        if not self.n_mtp:
+            return 0.0
+        attn = self.attn_params
+        if self.n_moe_layers:
+            block = attn + self.top_k * self.p_routed / self.n_experts + self.p_shared
+        else:
+            block = attn + self.p_mlp
+        return self.n_mtp * (block + 2.0 * self.hidden * self.hidden + self.hidden * self.vocab)
 
     # ------------------------------------------------------------------ FLOPs
     @property
@@ -149,10 +174,14 @@ class Arch:
     def model_flops_per_sequence(self, seq_len: int) -> float:
         """Training FLOPs (forward + backward = 3x forward) for one sequence, Megatron's causal
         convention (reference §2.1): 6 * tokens * (GEMM weights + logits) + 3 * s^2 * L * n_h(d_qk+d_v),
-        the attention term scaled by `attn_pair_fraction` for sliding-window layers."""
+        the attention term scaled by `attn_pair_fraction` for sliding-window layers; with
+        multi-token prediction each module adds its block, projection and logits (Megatron-LM
+        `num_floating_point_operations` counts `mtp_num_layers`)."""
         s = float(seq_len)
-        gemm = 6.0 * s * (self.gemm_params_per_token() + self.hidden * self.vocab)
-        attn = 3.0 * s * s * self.n_layers * self.attn_score_width * self.attn_pair_fraction(seq_len)
+        gemm = 6.0 * s * (self.gemm_params_per_token() + self.hidden * self.vocab
+                          + self._mtp_gemm_params_per_token())
+        layers = self.n_layers + self.n_mtp  # Megatron counts the MTP blocks (mtp_num_layers)
+        attn = 3.0 * s * s * layers * self.attn_score_width * self.attn_pair_fraction(seq_len)
         return gemm + attn
 
 
@@ -189,8 +218,10 @@ def build_arch(model: ModelSpec) -> Arch:
         kv_heads = g
 
     moe = model.moe
-    n_dense = L if moe is None else moe.n_dense_layers
-    n_moe = L - n_dense
+    lead = L if moe is None else moe.n_dense_layers
+    step = 1 if moe is None else moe.layer_step
+    n_moe = (L - lead) // step  # layers lead + step - 1, lead + 2 step - 1, ... are MoE
+    n_dense = L - n_moe
     E = moe.n_experts if moe else 0
     k = moe.top_k if moe else 0
     f_e = moe.expert_ffn_hidden_size if moe else 0
@@ -231,6 +262,9 @@ def build_arch(model: ModelSpec) -> Arch:
         n_layers=L,
         n_dense_layers=n_dense,
         n_moe_layers=n_moe,
+        moe_layer_step=step,
+        n_lead_dense=lead,
+        n_mtp=model.mtp_layers,
         hidden=h,
         vocab=model.vocab_size,
         n_heads=a,

@@ -42,6 +42,8 @@ def stage_params(arch: Arch, t: LayoutTable, st: Stage) -> tuple[np.ndarray, np.
         # untied output layer on the last stage; tied weights need a copy there when pp > 1
         + st.output * np.where((t["pp"] > 1) & (arch.p_output == 0), arch.p_embed, arch.p_output) / tp
         + st.output * arch.p_final_norm
+        # multi-token prediction: each module's 2h -> h projection (TP-sharded) and two norms
+        + st.mtp * (2.0 * arch.hidden * arch.hidden / tp + 2.0 * arch.hidden)
     )
     # routed experts: EP splits the experts, expert-TP (`etp`, Megatron's default tp) each one
     expert = st.n_moe * arch.p_routed / (t["ep"] * t["etp"])
@@ -199,7 +201,8 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
     # fp32 4sbV / t for a vocab-parallel cross-entropy (reference §1.3 / §3.1), more where the
     # model code upcasts and copies them (`cost.model_code`: 6-12 bytes per entry).
     loss_bytes = model_code(tr.model_code, compiled=tr.torch_compile).loss_bytes_per_vocab
-    logits = st.output * tokens * (4.0 * arch.hidden / rep_div + loss_bytes * arch.vocab / tp)
+    logits = (st.output + st.mtp) * tokens * (4.0 * arch.hidden / rep_div
+                                              + loss_bytes * arch.vocab / tp)
 
     # ZeRO-3 / FSDP gathers one unit (a layer, or the embedding) in bf16 and prefetches the next
     # (reference §1.6: ~2 x 2 bytes x unit); the rank's own 1/d shard is already counted, and a

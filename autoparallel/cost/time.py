@@ -145,6 +145,9 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
     ce_bytes = 2.0 * (2.0 + 4.0) * T * V / tp
     logits_gemm = gemm_time(problem, T, V / tp, arch.hidden)
     logits_f = logits_gemm + memory_bound_time(problem, ce_bytes)
+    # multi-token prediction (last stage): per module one more output-head pass and its
+    # 2h -> h projection of [norm(h_i), norm(emb(t_i+k))] (DeepSeek-V3 report §2.2)
+    mtp_f = logits_f + linear_time(problem, T, arch.hidden / tp, 2.0 * arch.hidden) if arch.n_mtp else 0.0
 
     named = bool(np.any(t["rm"] > 0))
     sel = {k: np.where(rc == 1, kinds[k][1], 0.0) for k in kinds}
@@ -187,16 +190,18 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
             ep = st.n_moe * ep_exposed
             parts["moe"]["tp"] = parts["moe"]["tp"] + st.n_moe * etp_exposed
             host = st.n_moe * ffn.host
+        heads = st.output * logits_f + st.mtp * mtp_f
         out[name] = dict(
-            fwd=parts["dense"]["fwd"] + parts["moe"]["fwd"] + st.output * logits_f,
-            bwd=parts["dense"]["bwd"] + parts["moe"]["bwd"] + st.output * 2.0 * logits_f,
+            fwd=parts["dense"]["fwd"] + parts["moe"]["fwd"] + heads,
+            bwd=parts["dense"]["bwd"] + parts["moe"]["bwd"] + 2.0 * heads,
             rec=parts["dense"]["rec"] + parts["moe"]["rec"],
             tp=parts["dense"]["tp"] + parts["moe"]["tp"],
             cp=parts["dense"]["cp"] + parts["moe"]["cp"],
             ep=ep,
             host=host,
             off=parts["dense"]["off"] + parts["moe"]["off"],
-            wgrad=parts["dense"]["wgrad"] + parts["moe"]["wgrad"] + st.output * logits_gemm,
+            wgrad=parts["dense"]["wgrad"] + parts["moe"]["wgrad"]
+            + (st.output + st.mtp) * logits_gemm,
             stage=st,
         )
     return out

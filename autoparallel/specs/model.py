@@ -26,6 +26,9 @@ class MoESpec(Spec):
     one shared expert of `shared_expert_intermediate_size`); defaults to `expert_ffn_hidden_size`."""
     n_dense_layers: NonNegativeInt = 0
     """Leading layers that keep a dense MLP of `ffn_hidden_size` (DeepSeek `first_k_dense_replace`)."""
+    layer_step: PositiveInt = 1
+    """Every `layer_step`-th layer after the leading dense ones is MoE, the others dense
+    (Llama-4 `interleave_moe_layer_step` 2 for Maverick; Megatron `--moe-layer-freq`); 1 = all."""
     n_groups: PositiveInt | None = None
     """Group-limited routing: the experts form this many groups (DeepSeek-V3 `n_group` 8;
     Megatron `--moe-router-num-groups`); None = no groups."""
@@ -117,6 +120,10 @@ class ModelSpec(Spec):
     """Mixture-of-experts table; absent for a dense model."""
     mla: MLASpec | None = None
     """Multi-head latent attention table; absent for standard (GQA/MHA) attention."""
+    mtp_layers: NonNegativeInt = 0
+    """Multi-token-prediction modules (DeepSeek-V3 `num_nextn_predict_layers` 1; Megatron
+    `--mtp-num-layers`): each one more transformer block of the model's last kind, a 2h -> h
+    projection and one more pass through the shared output head, on the last pipeline stage."""
 
     @model_validator(mode="before")
     @classmethod

@@ -39,7 +39,8 @@ from ..specs.model import ModelSpec
 from ..specs.problem import Problem
 from ..units import GB, GiB
 from .conventions import measured_step_s
-from .derive import _job_overrides, _layout, _precision, _recompute, _stack, _zero, gpu_preset
+from .derive import (_job_overrides, _layout, _precision, _recompute, _stack, _zero, gpu_preset,
+                     moe_settings)
 from .modelspec import RowSkip, _int, _num, model_from_row
 
 REQUIRED_COLUMNS = ("gpu", "num_gpus", "seq_len", "gbs", "layers", "hidden", "heads", "vocab",
@@ -163,6 +164,9 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
         assumptions.append("gpus_per_node not stated: 8")
     zero = _zero(row, assumptions)
     lay = _layout(row, n_gpus, gbs, zero, assumptions)
+    moe_job, moe_lay, moe_modules = moe_settings(row, assumptions)
+    job |= moe_job
+    lay |= moe_lay
     arch = build_arch(model)
     step, how = measured_step_s(row, arch, n_gpus, seq, gbs)
     if step is None and memory:
@@ -187,6 +191,8 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
             mid = (model.n_layers - first - last) // max(lay["pp"] - 2, 1)
             lay["stage_layers"] = [first] + [mid] * (lay["pp"] - 2) + [last]
     rc = _recompute(row, assumptions)
+    if rc is None and moe_modules:  # the launch config's named recompute modules
+        rc, lay["recompute_modules"] = "selective", moe_modules
     if rc is None:
         rc = _least_recompute_that_fits(problem, lay)
         assumptions.append(f"recompute not stated: {rc} (least that fits)")
@@ -208,8 +214,44 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
     )
 
 
-def read_runs(path) -> pd.DataFrame:
-    """Read a runs CSV; reject the file (SpecError) when it is unreadable or lacks columns."""
+SETTINGS_FILE = "moe_settings.csv"
+"""Side table next to a runs CSV: `row_id, field, value, source` rows with the settings a run
+states elsewhere than in its row (MoE expert TP, dispatcher, overlap, CUDA graphs, recompute
+modules mined from the source's launch configs: benchmarks/mine_bridge_recipes.py)."""
+SETTING_FIELDS = ("etp", "moe_dispatcher", "moe_a2a_overlap", "cuda_graphs", "moe_routing",
+                  "recompute_modules")
+
+
+def read_settings(path) -> pd.DataFrame | None:
+    """The side table of settings (`SETTINGS_FILE`), one column `setting_<field>` per field
+    indexed by row_id, plus `setting_sources`; None when the file does not exist."""
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: not a readable CSV ({str(exc).strip()})") from None
+    missing = {"row_id", "field", "value", "source"} - set(table.columns)
+    if missing:
+        raise SpecError(f"{path}: missing column(s) {', '.join(sorted(missing))}; a settings table "
+                        "has row_id, field, value, source")
+    unknown = sorted(set(table["field"]) - set(SETTING_FIELDS))
+    if unknown:
+        raise SpecError(f"{path}: unknown field(s) {', '.join(unknown)}; known: "
+                        f"{', '.join(SETTING_FIELDS)}")
+    wide = table.pivot_table(index="row_id", columns="field", values="value", aggfunc="last")
+    wide.columns = [f"setting_{c}" for c in wide.columns]
+    wide["setting_sources"] = table.groupby("row_id")["source"].agg(lambda s: "; ".join(sorted(set(s))))
+    return wide
+
+
+def read_runs(path, settings="auto") -> pd.DataFrame:
+    """Read a runs CSV; reject the file (SpecError) when it is unreadable or lacks columns.
+    `settings`: a side table of further settings per row (`SETTINGS_FILE`); "auto" reads the
+    one next to the runs file when there is one, None reads none."""
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     except FileNotFoundError:
@@ -228,6 +270,14 @@ def read_runs(path) -> pd.DataFrame:
                         f"{', '.join(MEASURE_COLUMNS)}")
     if "row_id" not in frame.columns:
         frame["row_id"] = [f"row{i + 1}" for i in range(len(frame))]
+    if settings == "auto":
+        from pathlib import Path
+
+        settings = Path(path).with_name(SETTINGS_FILE)
+    wide = read_settings(settings) if settings is not None else None
+    if wide is not None:
+        frame = frame.merge(wide, how="left", left_on="row_id", right_index=True)
+        frame = frame.fillna("")
     return frame
 
 
