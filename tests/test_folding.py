@@ -147,11 +147,16 @@ def test_enumerator_searches_folded_layouts():
                         micro_batch=[1], stage_layers=[3] + [4] * 14 + [2])
     t = enumerate_layouts(p, space)
     pairs = set(zip(t["ep"].tolist(), t["etp"].tolist()))
-    # etp x ep divides the 64 ranks of a stage, ep the 256 experts, etp the 2048 width and the
-    # node of 8: (ep, etp) with ep | 256, etp in {1, 2, 4, 8}, ep x etp | 64
-    want = {(e, x) for e in (1, 2, 4, 8, 16, 32, 64) for x in (1, 2, 4, 8) if 64 % (e * x) == 0}
+    # by default etp is 1 or tp (= 2), and etp x ep divides the 64 ranks of a stage, ep the 256
+    # experts: (ep, etp) with ep | 256, ep x etp | 64
+    want = {(e, x) for e in (1, 2, 4, 8, 16, 32, 64) for x in (1, 2) if 64 % (e * x) == 0}
     assert pairs == want
     assert (64, 1) in pairs  # the published EP64 x ETP1 on DP32
+    # asked for, any etp dividing the 2048 expert width inside the node of 8
+    t = enumerate_layouts(p, space.narrowed(etp=[1, 2, 4, 8]))
+    pairs = set(zip(t["ep"].tolist(), t["etp"].tolist()))
+    assert pairs == {(e, x) for e in (1, 2, 4, 8, 16, 32, 64) for x in (1, 2, 4, 8)
+                     if 64 % (e * x) == 0}
     with pytest.raises(SpecError, match="no experts"):
         enumerate_layouts(make_problem("llama3-8b", "h100", 8, 4096, 64), SearchSpace(etp=[1]))
 

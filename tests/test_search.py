@@ -20,8 +20,9 @@ TINY_MOE = ModelSpec(name="tiny-moe", n_layers=4, hidden_size=512, n_heads=8, ff
 
 def naive_enumeration(problem, max_mb=16, max_vp=16):
     """The candidate set as the issue words it, with plain loops (independent of numpy code).
-    Experts fold onto the attention grid (MoE Parallel Folding): etp x ep divides tp x cp x dp,
-    ep the experts, etp the expert FFN width and the NVLink domain; dense models etp = tp."""
+    Experts fold onto the attention grid (MoE Parallel Folding): etp (1 or tp) x ep divides
+    tp x cp x dp, ep the experts, etp the expert FFN width and the NVLink domain; dense models
+    etp = tp."""
     n, L, B = problem.cluster.n_gpus, problem.model.n_layers, problem.training.global_batch
     E = problem.model.moe.n_experts if problem.model.moe else 0
     f_e = problem.model.moe.expert_ffn_hidden_size if E else 0
@@ -32,7 +33,8 @@ def naive_enumeration(problem, max_mb=16, max_vp=16):
             continue
         dp = n // (tp * pp * cp)
         vps = [1] + ([v for v in range(2, max_vp + 1) if L % pp == 0 and L % (pp * v) == 0] if pp > 1 else [])
-        grids = [(e, x) for e in range(1, E + 1) for x in range(1, g + 1)
+        # by default etp is 1 or tp (Megatron's default, the MoE guide's advice)
+        grids = [(e, x) for e in range(1, E + 1) for x in sorted({1, tp})
                  if E % e == 0 and f_e % x == 0 and g % x == 0 and (tp * cp * dp) % (e * x) == 0
                  ] if E else [(1, tp)]
         mbs = ([b for b in range(1, max_mb + 1) if B % b == 0 and (B // dp) % b == 0]

@@ -146,7 +146,7 @@ class SearchOptions:
     vp: AxisOpt = None
     cp: AxisOpt = None
     ep: AxisOpt = None
-    etp: Annotated[Optional[str], typer.Option(help="Expert tensor-parallel degrees to allow (default: those that divide the expert FFN inside a node; etp x ep may exceed dp).", show_default=False)] = None
+    etp: Annotated[Optional[str], typer.Option(help="Expert tensor-parallel degrees to allow, e.g. 1,2,4 (default: 1 and tp; etp x ep may exceed dp: parallel folding).", show_default=False)] = None
     zero: AxisOpt = None
     recompute: Annotated[Optional[str], typer.Option(help="Comma-separated: none,selective,full.", show_default=False)] = None
     sp: Annotated[Optional[str], typer.Option(help="on, off or both.", show_default=False)] = None

@@ -135,6 +135,10 @@ def enumerate_valid(problem: Problem, space: SearchSpace | None = None,
             counts[r.name] += int(weight[(flags & int(r.flag)) != 0].sum())
 
     def prune(cols: dict, times: int) -> dict:
+        # the same limit as building every candidate (`_cross`'s check at the ZeRO and recompute
+        # crosses): counting them instead of building them does not widen what is enumerated
+        if len(cols["tp"]) * times > MAX_LAYOUTS:
+            raise _TooMany(len(cols["tp"]) * times)
         probe = dict(cols)
         for k in ("zero", "rc", "rm", "ao", "oo"):
             probe[k] = np.zeros(len(cols["tp"]), dtype=np.int64)
@@ -253,9 +257,11 @@ def _enumerate(problem: Problem, space: SearchSpace, prune=None) -> LayoutTable:
 def _with_experts(cols: dict[str, np.ndarray], problem: Problem, space: SearchSpace,
                   pick) -> dict:
     """Cross the rows with the expert grid (MoE Parallel Folding, arXiv 2504.14960): ep over the
-    divisors of the experts, etp over the divisors of the expert FFN width that fit in one NVLink
-    domain, kept where etp x ep divides the tp x cp x dp ranks of a stage (EP may exceed DP).
-    Dense models: ep = 1, etp = tp."""
+    divisors of the experts and etp, by default, 1 or the row's tp (Megatron's default and the
+    MoE guide's advice for fine-grained experts, "ETP=1"; the two values TorchTitan builds),
+    any other divisor of the expert FFN width inside one NVLink domain when `space.etp` names
+    it; kept where etp x ep divides the tp x cp x dp ranks of a stage (EP may exceed DP). Dense
+    models: ep = 1, etp = tp."""
     moe = problem.model.moe
     if moe is None:
         if space.etp is not None:
@@ -276,9 +282,15 @@ def _with_experts(cols: dict[str, np.ndarray], problem: Problem, space: SearchSp
     cols = _keep(cols, E % cols["ep"] == 0)
     _nonempty(cols, f"--ep {_values(space, 'ep')}: ep must divide the {E} experts; degrees that "
               f"do: {','.join(str(int(d)) for d in ep_auto)}")
-    cols = _cross(cols, "etp", pick("etp", etp_auto))
+    if space.etp is None:  # code 0: etp 1; code 1: etp = tp (the same row where tp = 1)
+        cols = _cross(cols, "etp", [0, 1])
+        cols = _keep(cols, (cols["etp"] == 0) | (cols["tp"] > 1))
+        cols["etp"] = np.where(cols["etp"] == 0, 1, cols["tp"])
+    else:
+        cols = _cross(cols, "etp", pick("etp", etp_auto))
     grid = cols["tp"] * cols["cp"] * cols["dp"]
-    cols = _keep(cols, (f_e % cols["etp"] == 0) & (grid % (cols["ep"] * cols["etp"]) == 0))
+    cols = _keep(cols, (f_e % cols["etp"] == 0) & (grid % (cols["ep"] * cols["etp"]) == 0)
+                 & (cols["etp"] <= g) & (g % cols["etp"] == 0))
     given = " ".join(f"--{a} {_values(space, a)}" for a in ("ep", "etp")
                      if getattr(space, a) is not None)
     return _nonempty(cols, f"{given or 'ep, etp'}: etp x ep must divide the tp x cp x dp ranks "

@@ -32,8 +32,9 @@ class SearchSpace(Spec):
     """Expert-parallel degrees (auto: divisors of the experts with etp x ep dividing tp x cp x dp,
     parallel folding)."""
     etp: list[PositiveInt] | None = None
-    """Expert tensor-parallel degrees (auto: divisors of the expert FFN width that fit in one
-    NVLink domain; tp alone for dense models)."""
+    """Expert tensor-parallel degrees (auto: 1 and the row's tp, Megatron's default and the MoE
+    guide's advice; given values: any that divides the expert FFN width inside one NVLink
+    domain; tp alone for dense models)."""
     zero: list[int] | None = None
     """ZeRO stages (auto: 0-3)."""
     recompute: list[Recompute] | None = None

@@ -41,7 +41,10 @@ def balanced_splits(n_layers: int, pp: int, vp: int, w_last: float, k: int = 2) 
         if rest < 2 * vp:
             continue
         ideal = (rest - w_last) / 2.0
-        for first in {vp * int(ideal // vp) + d * vp for d in (-1, 0, 1, 2)}:
+        # around the equalising first stage, and the middle stages' count (a heavy last stage,
+        # e.g. the output head plus an MTP module, wants the fewest layers there)
+        near = {vp * int(ideal // vp) + d * vp for d in (-1, 0, 1, 2)}
+        for first in near | ({mid, rest - vp} if mid is not None else set()):
             last = rest - first
             if first < vp or last < vp or last % vp:
                 continue

@@ -79,10 +79,21 @@ def _mla_from_preset(row) -> tuple[dict, dict, int] | None:
     return None
 
 
+PRESET_BY_NAME = ((r"\bkimi[ _-]?k2\b", "kimi-k2"),)
+"""Rows that name a model with a published config but print no architecture: the preset built
+from that config (presets/models/*.toml, each with its Hugging Face source)."""
+
+
 def model_from_row(row) -> tuple[ModelSpec, list[str]]:
     """(`ModelSpec`, assumptions) for one row; raises `RowSkip` when the columns are incomplete."""
     need = {c: _int(row, c) for c in ("layers", "hidden", "heads", "vocab")}
     missing = [c for c, v in need.items() if not v]
+    name = str(row.get("model") or "")
+    preset = next((p for pat, p in PRESET_BY_NAME if re.search(pat, name, re.I)), None)
+    if missing and preset:
+        spec = load_model(preset)
+        return spec.model_copy(update={"name": name.strip() or spec.name}), [
+            f"architecture from the {preset} preset (the row prints none)"]
     if missing:
         raise RowSkip("architecture incomplete (" + ", ".join(missing) + " missing)")
     text = _text(row)

@@ -167,6 +167,11 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
     moe_job, moe_lay, moe_modules = moe_settings(row, assumptions)
     job |= moe_job
     lay |= moe_lay
+    if model.moe is not None and "etp" not in lay and lay["tp"] > 1 and \
+            (lay["dp"] * lay["cp"]) % lay["ep"]:
+        # EP beyond DP x CP runs only folded (ETP x EP x EDP = TP x CP x DP): with expert TP 1
+        lay["etp"] = 1
+        assumptions.append("ep > dp x cp: expert TP 1 (parallel folding)")
     arch = build_arch(model)
     step, how = measured_step_s(row, arch, n_gpus, seq, gbs)
     if step is None and memory:
