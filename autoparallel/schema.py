@@ -9,7 +9,9 @@ from pydantic import BaseModel, ConfigDict, create_model
 
 from .errors import SpecError
 from .specs import GPUSpec, Layout, ModelSpec, Profile
+from .specs.docstrings import DocstringFields
 from .specs.job import JobSpec
+from .specs.network import NetworkSpec
 from .specs.stack import StackSpec
 
 SCHEMA_VERSION = "5"
@@ -27,13 +29,21 @@ Version 4: `layout.recompute_group` (uniform recompute groups), `layout.recomput
 `layout.optimizer_offload` (optimizer-state offload) and `time_s.offload`. Version 5:
 `layout.etp` and `layout.edp` (MoE parallel folding: expert tensor- and data-parallel degrees),
 `time_s.host` (exposed host launch time of dynamic-shape MoE layers) and the MoE job settings
-(`moe_dispatcher`, `moe_a2a_overlap`, `moe_routing`, `moe_capacity_factor`, `cuda_graphs`).
+(`moe_dispatcher`, `moe_a2a_overlap`, `moe_routing`, `moe_capacity_factor`, `cuda_graphs`);
+`time_s.pp_comm` also holds the tied-embedding gradient all-reduce between the first and last
+pipeline stage; `layout.split` (even, balanced or custom stage split) and `notes` (what the estimate filled in,
+such as the balanced split of a layout whose pp x vp does not divide the layers);
+`job.fp8_param_gather` (low-precision weights kept and all-gathered in the recipe's format);
+`job.network` (the network preset or file, `--network`);
+`slug` (the layout's slug, as `--versus` and `export --layout` take it) and
+`memory_risk` (the memory band's upper end above the usable memory) per estimate and ranked
+layout, `robustness.memory_over`.
 `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 
 
-class _Out(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+class _Out(DocstringFields, BaseModel):
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class LayoutOut(_Out):
@@ -68,6 +78,10 @@ class LayoutOut(_Out):
     """Micro-batches per optimizer step per data-parallel replica (global batch / (dp x micro_batch))."""
     stage_layers: list[int | float]
     """Transformer layers per pipeline stage, first to last (one value when pp = 1)."""
+    split: Literal["even", "balanced", "custom"]
+    """How the layers are split over the stages: `even` (n_layers / pp each), `balanced` (the
+    uneven split `plan` takes for this pp x vp: the most loaded stage's FLOPs, output layer
+    included, as light as the equal middle stages allow), `custom` (another uneven split)."""
     schedule: str
     """Pipeline schedule: 1f1b, interleaved, zb-h1, zbv, dualpipe or dualpipev."""
     recompute_layers: int | None
@@ -171,7 +185,8 @@ class TimeOut(_Out):
     ep_comm: float
     """Expert-parallel all-to-alls not hidden by compute."""
     pp_comm: float
-    """Pipeline point-to-point sends on the fill and drain path."""
+    """Pipeline point-to-point sends on the fill and drain path, and with tied embeddings the
+    exposed all-reduce of the shared embedding's gradient between the first and last stage."""
     dp_comm: float
     """Data-parallel gradient reduction / parameter gathering left exposed after overlap."""
     bubble: float
@@ -243,12 +258,19 @@ class EstimateOut(_Out):
     """GPU preset name."""
     n_gpus: int
     """GPUs in the job."""
+    slug: str
+    """The layout's slug (`Layout.slug`), e.g. dp4-tp8-pp2-vp10-cp1-ep1-z1-rnone-sp-mb1: what
+    `plan --versus`, `export --layout` and `estimate --layout` take."""
     layout: LayoutOut
     """The layout, every axis explicit."""
     memory_gib: MemoryOut
     """Memory per GPU, GiB."""
     fits: bool
-    """Whether memory_gib.total <= memory_gib.usable."""
+    """Whether the fit figure (memory_gib.reserved; total with an explicit usable_fraction) is at
+    most memory_gib.usable."""
+    memory_risk: bool
+    """Whether memory_gib.total_high, the upper end of the memory band, exceeds
+    memory_gib.usable: the layout may run out of memory although its predicted peak fits."""
     time_s: TimeOut
     """Time per step, seconds."""
     mfu: float
@@ -266,6 +288,9 @@ class EstimateOut(_Out):
     """Basis of the error bands in `time_s` and `memory_gib`."""
     model_params: ModelParamsOut
     """Total and active parameter counts of the model."""
+    notes: list[str]
+    """What the estimate chose for the layout that it was not given (e.g. the balanced split
+    where pp x vp does not divide the layers), one line each; the CLI prints them as `note:`."""
 
 
 class RobustnessOut(_Out):
@@ -275,7 +300,7 @@ class RobustnessOut(_Out):
     """step x (1 + penalty), seconds: the order of the tied group under `--rank-by robust`."""
     penalty: float
     """net_sensitivity + gemm_sensitivity + exposed_comm_share + 0.10 x memory_used
-    + 0.02 x (parallel_dims - 1) + 0.05 x (TP x EP across the scale-up domain)."""
+    + 0.02 x (parallel_dims - 1) + 0.05 x (TP x EP across the scale-up domain) + memory_over."""
     net_sensitivity: float
     """Step time with 20 % less scale-out bandwidth / step - 1."""
     gemm_sensitivity: float
@@ -288,6 +313,9 @@ class RobustnessOut(_Out):
     """How many of dp, tp, pp, cp, ep exceed 1."""
     tp_ep_in_node: bool
     """Whether tp and the expert-TP x EP block (etp x ep) each fit in the scale-up domain."""
+    memory_over: float
+    """max(0, memory_gib.total_high / memory_gib.usable - 1): how far the memory band reaches
+    past the usable memory (a term of the penalty)."""
 
 
 class RankedOut(EstimateOut):
@@ -472,11 +500,13 @@ class CapacityOut(_Out):
 _SCHEMAS = {
     "estimate": EstimateOut, "plan": PlanOut, "capacity": CapacityOut, "model": ModelSpec,
     "gpu": GPUSpec, "profile": Profile, "layout": Layout, "stack": StackSpec, "job": JobSpec,
+    "network": NetworkSpec,
 }
 
 
 def schema_for(what: str) -> dict:
-    """JSON Schema of `what` (estimate, plan, capacity, model, gpu, profile, layout, stack, job)."""
+    """JSON Schema of `what` (estimate, plan, capacity, model, gpu, profile, layout, stack, job,
+    network)."""
     if what not in _SCHEMAS:
         raise SpecError(f"`schema` {what!r} unknown; choose one of {', '.join(_SCHEMAS)}")
     schema = _SCHEMAS[what].model_json_schema()

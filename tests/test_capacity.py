@@ -6,10 +6,27 @@ import math
 import pytest
 
 import autoparallel as ap
-from autoparallel.capacity_model import (MTBF_GPU_HOURS, NODE_OVERHEAD, PUE, Assumptions, goodput,
-                                   parse_counts, parse_duration, parse_global_batch, parse_tokens)
+from autoparallel.capacity_model import (MTBF_GPU_HOURS, Assumptions, goodput, parse_counts,
+                                         parse_duration, parse_global_batch, parse_tokens)
 from autoparallel.schema import CapacityOut
 from conftest import run_cli
+
+# The defaults' sources, written out here (not read from the module under test):
+# Llama 3 report §3.3.4: 419 interruptions in 54 days on 16,384 GPUs
+LLAMA3_MTBF_GPU_H = 54 * 24 * 16384 / 419
+CKPT_WRITE_S, CKPT_RESTORE_S = 60.0, 600.0  # capacity_model's stated assumptions
+# DGX H100 datasheet: 10.2 kW maximum system power with 8 x 700 W GPUs
+DGX_H100_NODE_OVERHEAD = (10.2e3 - 8 * 700) / (8 * 700)
+GOOGLE_PUE = 1.10  # Google data centres efficiency report 2023, fleet trailing-twelve-month PUE
+
+
+def young_daly(n_gpus, mtbf_gpu_h=LLAMA3_MTBF_GPU_H, c=CKPT_WRITE_S, r=CKPT_RESTORE_S):
+    """(wall / compute, checkpoint interval s): Young 1974 tau = sqrt(2 C M), Daly 2006 first
+    order: wall = compute (1 + C / tau) / (1 - (tau / 2 + R) / M), M = MTBF_gpu / n_gpus."""
+    M = mtbf_gpu_h * 3600 / n_gpus
+    tau = math.sqrt(2 * c * M)
+    return (1 + c / tau) / (1 - (tau / 2 + r) / M), tau
+
 
 ARGS = ["--model", "llama3-70b", "--tokens", "15T", "--seq-len", "8192", "--global-batch", "16M",
         "--gpu", "h100,b200", "--gpus", "512,1024,2048"]
@@ -31,12 +48,19 @@ def test_parsers():
 def test_default_mtbf_is_the_llama3_rate_and_young_daly_interval():
     # Llama 3: 419 interruptions in 54 days on 16,384 GPUs -> one per 3.09 h for that job
     assert MTBF_GPU_HOURS / 16384 == pytest.approx(54 * 24 / 419, rel=1e-12)
-    a = Assumptions(ckpt_write_s=60.0, ckpt_restore_s=600.0)
+    a = Assumptions()  # the defaults: Llama 3's rate, 60 s checkpoints, 600 s restarts
     factor, tau, m = goodput(16384, a)
     assert m / 3600 == pytest.approx(3.093, abs=1e-3)
-    assert tau == pytest.approx(math.sqrt(2 * 60 * m), rel=1e-12)  # ~609 s
-    assert factor == pytest.approx((1 + 60 / tau) / (1 - (tau / 2 + 600) / m), rel=1e-12)
-    assert 1.1 < factor < 1.3
+    want_factor, want_tau = young_daly(16384)
+    assert tau == pytest.approx(want_tau, rel=1e-12)
+    assert tau == pytest.approx(1155.9, abs=0.1)  # sqrt(2 x 60 s x 11,135 s)
+    assert factor == pytest.approx(want_factor, rel=1e-12)
+    assert factor == pytest.approx((1 + 60 / 1155.9) / (1 - (1155.9 / 2 + 600) / 11135),
+                                   rel=1e-3)  # ~1.175
+    # other assumptions flow through: a 3x faster restore, a 2x rarer failure
+    f2, t2, _ = goodput(1024, Assumptions(ckpt_restore_s=200.0,
+                                          mtbf_gpu_hours=2 * LLAMA3_MTBF_GPU_H))
+    assert (f2, t2) == pytest.approx(young_daly(1024, 2 * LLAMA3_MTBF_GPU_H, r=200.0), rel=1e-12)
     assert goodput(16384, Assumptions(mtbf_gpu_hours=1.0))[0] == math.inf  # cannot progress
 
 
@@ -52,7 +76,7 @@ def test_capacity_json_rows_are_consistent_with_their_throughput():
     tdp = {"h100": 700.0, "b200": 1000.0}
     for x in rows:
         assert x["fits"]
-        factor, tau, _ = goodput(x["n_gpus"], Assumptions())
+        factor, tau = young_daly(x["n_gpus"])
         assert x["goodput"] == pytest.approx(1 / factor, rel=1e-12)
         assert x["checkpoint_interval_s"] == pytest.approx(tau, rel=1e-12)
         for sfx, step in (("", "step_s"), ("_high", "step_low_s"), ("_low", "step_high_s")):
@@ -63,7 +87,7 @@ def test_capacity_json_rows_are_consistent_with_their_throughput():
             days = 15e12 / tps / 86400 * factor
             assert x["days" + sfx] == pytest.approx(days, rel=1e-12)
             assert x["gpu_hours" + sfx] == pytest.approx(days * 24 * x["n_gpus"], rel=1e-12)
-            watts = tdp[x["gpu"]] * 1.0 * (1 + NODE_OVERHEAD) * PUE
+            watts = tdp[x["gpu"]] * 1.0 * (1 + DGX_H100_NODE_OVERHEAD) * GOOGLE_PUE
             assert x["energy_mwh" + sfx] == pytest.approx(x["gpu_hours" + sfx] * watts / 1e6, rel=1e-12)
             if x["gpu"] == "h100":
                 assert x["cost" + sfx] == pytest.approx(2.0 * x["gpu_hours" + sfx], rel=1e-12)
@@ -108,7 +132,15 @@ def test_api_capacity_frame_csv_and_plot(tmp_path):
     assert list(zip(df["gpu"], df["n_gpus"])) == [("h100", 64), ("h100", 128), ("mi300x", 64),
                                                   ("mi300x", 128)]
     assert (df["days_low"] < df["days"]).all() and (df["days"] < df["days_high"]).all()
-    assert df.attrs["smallest_n_gpus"]["h100"] in (64, 128, None)
+    for g in ("h100", "mi300x"):  # the smallest count whose slow end meets the 30 days
+        rows = df[df["gpu"] == g]
+        ok = sorted(rows.loc[rows["fits"] & (rows["days_high"] <= 30), "n_gpus"])
+        assert df.attrs["smallest_n_gpus"][g] == (ok[0] if ok else None)
+    # PUE 1.2 instead of 1.10: the energy scales by 1.2 / 1.1 per GPU-hour, nothing else moves
+    h = df[df["gpu"] == "h100"].iloc[0]
+    assert h["energy_mwh"] == pytest.approx(
+        h["gpu_hours"] * 700 * (1 + DGX_H100_NODE_OVERHEAD) * 1.2 / 1e6, rel=1e-12)
+    assert h["cost"] == pytest.approx(2.0 * h["gpu_hours"], rel=1e-12)
     # mi300x has no validation runs: its band falls back and is flagged
     assert set(df.loc[df["gpu"] == "mi300x", "band_level"]) <= {"stack", "global", "none"}
     png = tmp_path / "c.png"
@@ -125,3 +157,42 @@ def test_bad_inputs_are_one_readable_error():
     assert r.returncode == 2 and "not among --gpu" in r.stderr and "Traceback" not in r.stderr
     r = run_cli("capacity", *ARGS, "--global-batch", "1M", "--seq-len", "3000")
     assert r.returncode == 2 and "whole number" in r.stderr
+
+
+def test_one_row_by_hand_on_a_small_job():
+    """Every figure of one capacity row from its step time (fast: one 8-GPU plan of a small
+    model): tokens/s = tokens per step / step; days = budget / tokens/s / 86,400 x the
+    Young/Daly factor; GPU-hours = days x 24 x GPUs; cost = GPU-hours x price; energy =
+    GPU-hours x TDP x power fraction x (1 + node overhead) x PUE."""
+    from autoparallel.capacity_model import capacity_rows
+
+    small = ap.ModelSpec(name="small", n_layers=8, hidden_size=1024, n_heads=16,
+                         ffn_hidden_size=4096, vocab_size=32000)
+    a = Assumptions(power_fraction=0.8, pue=1.3, node_overhead=0.5, mtbf_gpu_hours=5e4,
+                    ckpt_write_s=30.0, ckpt_restore_s=300.0)
+    (x,) = capacity_rows(small, "2B", 2048, 64, ["h100"], [8], prices={"h100": 3.0},
+                         assumptions=a)
+    factor, tau = young_daly(8, 5e4, c=30.0, r=300.0)
+    assert x["goodput"] == pytest.approx(1 / factor, rel=1e-12)
+    assert x["checkpoint_interval_s"] == pytest.approx(tau, rel=1e-12)
+    assert x["job_mtbf_h"] == pytest.approx(5e4 / 8, rel=1e-12)
+    for sfx, step in (("", x["step_s"]), ("_high", x["step_high_s"]), ("_low", x["step_low_s"])):
+        tps = 64 * 2048 / step
+        days = 2e9 / tps / 86400 * factor
+        gpu_h = days * 24 * 8
+        assert x["days" + sfx] == pytest.approx(days, rel=1e-12)
+        assert x["gpu_hours" + sfx] == pytest.approx(gpu_h, rel=1e-12)
+        assert x["cost" + sfx] == pytest.approx(3.0 * gpu_h, rel=1e-12)
+        assert x["energy_mwh" + sfx] == pytest.approx(gpu_h * 700 * 0.8 * 1.5 * 1.3 / 1e6,
+                                                      rel=1e-12)
+    assert x["tokens_per_s"] == pytest.approx(64 * 2048 / x["step_s"], rel=1e-12)
+    # the pessimistic throughput is the slow end of the step band
+    assert x["tokens_per_s_low"] == pytest.approx(64 * 2048 / x["step_high_s"], rel=1e-12)
+    # the defaults' energy constants: 700 W x 1.0 x (1 + 0.821) x 1.10 per H100-hour
+    (d,) = capacity_rows(small, "2B", 2048, 64, ["h100"], [8])
+    assert d["energy_mwh"] == pytest.approx(
+        d["gpu_hours"] * 700 * 1.0 * (1 + DGX_H100_NODE_OVERHEAD) * GOOGLE_PUE / 1e6, rel=1e-12)
+    assert DGX_H100_NODE_OVERHEAD == pytest.approx(0.8214, abs=1e-4)
+    factor_d, _ = young_daly(8)
+    assert d["days"] == pytest.approx(
+        2e9 / (64 * 2048 / d["step_s"]) / 86400 * factor_d, rel=1e-12)

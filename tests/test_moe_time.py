@@ -12,7 +12,8 @@ from autoparallel.cost import moe_dispatch
 from autoparallel.cost.arch import build_arch
 from autoparallel.cost.compute import linear_time
 from autoparallel.cost.moe_dispatch import dispatch_time, node_dedup
-from autoparallel.cost.moe_layer import (expert_gemms, exposed_dispatch, host_overhead, imbalance,
+from autoparallel.cost.moe_layer import (expert_gemms, exposed_dispatch, hidden_dispatch_nic,
+                                         host_overhead, imbalance,
                                          moe_ffn)
 from autoparallel.errors import SpecError
 from autoparallel.layouts import LayoutTable
@@ -53,8 +54,8 @@ def test_node_dedup_against_its_derivation():
     one node nothing is deduplicated."""
     arch = build_arch(make_problem("deepseek-v3", "h100", 64, SEQ, 64).model)
     assert (arch.n_groups, arch.topk_groups) == (8, 4)
-    nodes = Group(size=np.array([64.0, 64.0, 8.0]), per_node=np.array([8.0, 8.0, 8.0]),
-                  nodes=np.array([8.0, 8.0, 1.0]))
+    nodes = Group(size=np.array([64.0, 64.0, 8.0]), per_tier=(np.array([8.0, 8.0, 8.0]),))
+    assert list(nodes.nodes) == [8.0, 8.0, 1.0]
     free = arch.__class__(**{**arch.__dict__, "n_groups": 0, "topk_groups": 0})
     assert node_dedup(free, nodes)[0] == pytest.approx(8 * (1 - (7 / 8) ** 8) / 8, rel=1e-12)
     assert node_dedup(arch, nodes)[1] == pytest.approx(4 * (1 - (3 / 4) ** 8) / 8, rel=1e-12)
@@ -170,13 +171,21 @@ def test_what_each_overlap_hides():
     arch = build_arch(p.model)
     t = _table("dp32-tp2-pp16[3,4x14,2]-vp2-cp1-ep32-z1-rselective-sp-mb1")
     d = moe_dispatch.Dispatch(fwd=np.array([2.0]), bwd=np.array([3.0]), etp_fwd=np.array([0.5]),
-                              etp_bwd=np.array([0.25]))
+                              etp_bwd=np.array([0.25]), nic_fwd=np.array([0.4]),
+                              nic_bwd=np.array([0.6]))
     ffn = moe_ffn(p, arch, t, np.zeros(1))
     ep, etp = exposed_dispatch(p, arch, t, d, ffn, np.array([0.0]), 0.0)
     assert (ep[0], etp[0]) == (5.0, 0.75)
     q = _ds(moe_a2a_overlap=True)
     ep, _ = exposed_dispatch(q, arch, t, d, ffn, np.array([1e3]), 0.0)
     assert ep[0] == pytest.approx(q.profile.overlap_sm_fraction * 5.0)
+    # behind a layer of 0.5 s: forward 1 of its 2 s hides (window 2 x 0.5), backward 0.5 of 3
+    ep, _ = exposed_dispatch(q, arch, t, d, ffn, np.array([0.5]), 0.0)
+    f = q.profile.overlap_sm_fraction
+    assert ep[0] == pytest.approx((1.0 + f * 1.0) + (2.5 + f * 0.5))
+    # a recomputed forward (again = 1) dispatches once more, hidden the same way: 2 x 2 + 3 s
+    ep, _ = exposed_dispatch(q, arch, t, d, ffn, np.array([1e3]), 1.0)
+    assert ep[0] == pytest.approx(q.profile.overlap_sm_fraction * 7.0)
     shared = ffn.__class__(**{**ffn.__dict__, "shared": np.array([1.0])})
     stack = p.stack.model_copy(update={"moe_shared_expert_overlap": True})
     s = p.model_copy(update={"stack": stack})
@@ -184,6 +193,29 @@ def test_what_each_overlap_hides():
     f = p.profile.overlap_sm_fraction
     # forward: 2 s against 1 s of shared experts -> 1 exposed + f x 1; backward: 3 against 2
     assert ep[0] == pytest.approx((1.0 + f * 1.0) + (1.0 + f * 2.0))
+
+
+def test_hidden_dispatches_hold_the_nics_in_proportion():
+    """The NIC time the DP reduction cannot use is the hidden dispatches' share of theirs:
+    nothing hidden -> 0; all hidden (1F1B overlap behind 1000 s) -> forward 0.4 s, backward
+    0.6 s, plus 0.4 s for a recomputed forward; shared-expert overlap hides 1 of the 2 forward
+    seconds (0.2 of 0.4 NIC seconds) and 2 of the 3 backward ones (0.4 of 0.6)."""
+    p = _ds()
+    arch = build_arch(p.model)
+    t = _table("dp32-tp2-pp16[3,4x14,2]-vp2-cp1-ep32-z1-rselective-sp-mb1")
+    d = moe_dispatch.Dispatch(fwd=np.array([2.0]), bwd=np.array([3.0]), etp_fwd=np.array([0.5]),
+                              etp_bwd=np.array([0.25]), nic_fwd=np.array([0.4]),
+                              nic_bwd=np.array([0.6]))
+    ffn = moe_ffn(p, arch, t, np.zeros(1))
+    f, b = hidden_dispatch_nic(p, arch, t, d, ffn, np.array([0.0]), 0.0)
+    assert (f[0], b[0]) == (0.0, 0.0)
+    q = _ds(moe_a2a_overlap=True)
+    f, b = hidden_dispatch_nic(q, arch, t, d, ffn, np.array([1e3]), 1.0)
+    assert (f[0], b[0]) == pytest.approx((0.4, 0.6 + 0.4))
+    shared = ffn.__class__(**{**ffn.__dict__, "shared": np.array([1.0])})
+    s = p.model_copy(update={"stack": p.stack.model_copy(update={"moe_shared_expert_overlap": True})})
+    f, b = hidden_dispatch_nic(s, arch, t, d, shared, np.array([0.0]), 0.0)
+    assert (f[0], b[0]) == pytest.approx((0.4 * 1.0 / 2.0, 0.6 * 2.0 / 3.0))
 
 
 def test_a2a_overlap_rule_follows_megatron_checks():

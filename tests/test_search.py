@@ -80,11 +80,35 @@ def test_space_narrows_every_axis():
 
 
 def test_plan_row_equals_estimate():
+    """The batch path (one array pass over every candidate) and the single-layout path agree
+    row for row, and both agree with the hand derivation of the compute and the model states
+    (tests/ledger_hand.py), which does not go through the cost model."""
+    from ledger_hand import GiB, Dims, Hand, Lay
+
     p = make_problem("llama3-70b", "h100", 64, 8192, 512)
     res = plan(p, top=25)
     assert res.n_fit > 25
+    hand = Hand(p, Dims(L=80, h=8192, a=64, g=8, d=128, f=28672, V=128256))
+    checked = 0
     for i in range(len(res.ranked)):
-        assert res.ranked.record(i) == estimate(p, res.ranked.table.row(i))
+        rec = res.ranked.record(i)
+        assert rec == estimate(p, res.ranked.table.row(i))
+        lay = rec["layout"]
+        if len(set(lay["stage_layers"])) > 1:
+            continue  # uneven splits: tests/test_pipeline.py
+        x = Lay(dp=lay["dp"], tp=lay["tp"], pp=lay["pp"], vp=lay["vp"], cp=lay["cp"],
+                zero=lay["zero"], rc={"none": 0, "selective": 0, "full": 2}[lay["recompute"]],
+                sp=lay["sp"], mb=lay["micro_batch"])
+        stage = ("first", "middle", "last")[int(res.ranked.time["stage"][i])]
+        fwd, bwd = hand.stage_fwd_bwd(x, stage)
+        assert rec["time_s"]["compute"] == pytest.approx(lay["grad_accum"] * (fwd + bwd), rel=1e-9)
+        worst = ("first", "middle", "last")[int(res.ranked.memory["stage"][i])]
+        if worst != "middle":
+            states = hand.model_states(x, worst)
+            assert rec["memory_gib"]["model_states"] * GiB == pytest.approx(
+                sum(states.values()), rel=1e-9)
+        checked += 1
+    assert checked >= 20
 
 
 def test_ranked_sorted_fit_and_tp_inside_node():
@@ -159,7 +183,9 @@ def test_nothing_fits_returns_nearest_misses():
     msg = nothing_fits_message(res)
     # 80 GiB less context 0.5 and NCCL of the closest (dp1-tp8-cp2): TP group 688 MB, CP pair and
     # DP x CP pair 2 x 544 MB (cost.device_memory, NVIDIA/nccl #964) = 77.85
-    assert msg.startswith(f"0 of {res.n_layouts:,} layouts fit in 77.8 GiB; closest ")
+    assert msg.startswith(f"0 of {res.n_layouts:,} layouts fit in the usable memory (80 GiB "
+                          "less CUDA context and NCCL buffers); closest ")
+    assert "of its 77.8 usable" in msg
     assert "overflows by" in msg
     assert "more GPUs" in msg
     totals = res.nearest.memory["total"]

@@ -47,16 +47,45 @@ def test_tune_finds_the_true_best_within_its_trial_budget(tmp_path):
     print(f"true best (predicted rank {best_rank}) measured at trial {found_at} of {budget}")
 
 
-def test_oom_crash_and_timeout_become_failed_trials_and_the_study_goes_on(tmp_path):
+def test_oom_crash_and_timeout_become_failed_trials_and_the_study_goes_on(tmp_path, monkeypatch):
+    """Run in this process so that the runner's clock can follow events: it stands still while
+    no job hangs (a trial slowed by a busy machine never times out) and jumps past the deadline
+    while the hanging job runs (it times out as soon as it hangs, with no wall-clock wait)."""
+    import os
+    import time
+    import types
+
+    from autoparallel.tune import runner
+    from fuzzing import run_inprocess
+
     truth = make_world(tmp_path / "world.json", 20, oom_gib="median")  # half the pool over budget
     pool = truth["pool"]
     world = json.loads((tmp_path / "world.json").read_text())
-    world["hang"] = {"layouts": [pool[0]], "sleep_s": 60}
+    marker = tmp_path / "hanging.json"  # the fake launcher writes it when it starts to hang
+    world["hang"] = {"layouts": [pool[0]], "sleep_s": 600, "once_marker": str(marker)}
     world["crash"] = [pool[1]]
     (tmp_path / "world.json").write_text(json.dumps(world))
-    out, err = tune_json("--measure", measure_template(tmp_path / "world.json"), "--candidates", "20",
-                         "--trials", "10", "--timeout", "1.5", "--sampler", "none",
-                         "--workdir", str(tmp_path / "wd"))
+    start = time.monotonic()
+
+    def hanging() -> bool:
+        if not marker.exists():
+            return False
+        try:
+            os.kill(json.loads(marker.read_text())["pid"], 0)  # running, or not yet reaped
+            return True
+        except ProcessLookupError:
+            return False
+
+    monkeypatch.setattr(runner, "time", types.SimpleNamespace(
+        monotonic=lambda: time.monotonic() + 1e6 if hanging() else start,
+        perf_counter=time.perf_counter, sleep=time.sleep))
+    code, stdout, err = run_inprocess(
+        ["tune", *CLI_PROBLEM, "--format", "json", "--measure",
+         measure_template(tmp_path / "world.json"), "--candidates", "20", "--trials", "10",
+         "--timeout", "1.5", "--sampler", "none", "--workdir", str(tmp_path / "wd")])
+    assert code == 0, err[-3000:]
+    out = json.loads(stdout)
+    assert marker.exists()
     rows = {r["layout"]: r for r in out["trials"]}
     assert len(out["trials"]) == 10
     assert rows[pool[0]]["state"] == "FAIL" and rows[pool[0]]["failure"] == "timeout"

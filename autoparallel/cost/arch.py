@@ -77,6 +77,16 @@ class Arch:
     p_final_norm: float
     uniform: bool
     """True when `n_params` was given: all parameters spread evenly over layers (the seed's rule)."""
+    gemm_share: float
+    """Share of each layer's weights that its GEMMs multiply through in the time model: 1 for an
+    architecture count; with `n_params`, (N - hV) / N, because the given N also holds the output
+    layer, whose logits GEMM (h x V) is timed on its own on the last stage: the layers' GEMMs and
+    the logits GEMM together are then the seed's N weights per token (6N FLOPs), not N + hV."""
+    tied: bool
+    """Whether the output layer shares the input embedding's weights (`p_embed` > 0: not with
+    `n_params`, whose embeddings are spread over the layers)."""
+    attention_flops: bool
+    """Whether the model FLOPs add the causal attention term (`ModelSpec.attention_flops`)."""
     # --- activations: bytes per token per layer ---
     act_attn_rep: float
     """Attention-block bytes per token stored whole on every TP rank without SP (LN in, QKV in, mask)."""
@@ -163,23 +173,28 @@ class Arch:
         return 1.0 - self.n_window_layers / self.n_layers * (1.0 - windowed)
 
     def gemm_params_per_token(self) -> float:
-        """Weights a token multiplies through (active experts only, router excluded as in
-        Megatron's count; reference §2.1). Forward FLOPs per token = 2x this."""
+        """Weights a token multiplies through in the transformer layers (active experts only,
+        router excluded as in Megatron's count; reference §2.1; times `gemm_share`). Forward
+        FLOPs per token = 2x this, plus 2hV for the logits."""
         attn = self.attn_params
         dense = self.n_dense_layers * (attn + self.p_mlp)
         per_expert = self.p_routed / self.n_experts if self.n_experts else 0.0
         moe = self.n_moe_layers * (attn + self.top_k * per_expert + self.p_shared)
-        return dense + moe
+        return (dense + moe) * self.gemm_share
 
     def model_flops_per_sequence(self, seq_len: int) -> float:
         """Training FLOPs (forward + backward = 3x forward) for one sequence, Megatron's causal
         convention (reference §2.1): 6 * tokens * (GEMM weights + logits) + 3 * s^2 * L * n_h(d_qk+d_v),
         the attention term scaled by `attn_pair_fraction` for sliding-window layers; with
         multi-token prediction each module adds its block, projection and logits (Megatron-LM
-        `num_floating_point_operations` counts `mtp_num_layers`)."""
+        `num_floating_point_operations` counts `mtp_num_layers`). With `n_params` the GEMM part
+        is the seed's 6 N per token exactly (`gemm_share`), and the attention term is added only
+        where the model says so (`attention_flops`)."""
         s = float(seq_len)
         gemm = 6.0 * s * (self.gemm_params_per_token() + self.hidden * self.vocab
                           + self._mtp_gemm_params_per_token())
+        if not self.attention_flops:
+            return gemm
         layers = self.n_layers + self.n_mtp  # Megatron counts the MTP blocks (mtp_num_layers)
         attn = 3.0 * s * s * layers * self.attn_score_width * self.attn_pair_fraction(seq_len)
         return gemm + attn
@@ -250,6 +265,7 @@ def build_arch(model: ModelSpec) -> Arch:
     p_output = 0.0 if model.tied_embeddings else p_embed
     p_final_norm = float(h)
     uniform = model.n_params is not None
+    gemm_share = 1.0
     if uniform:
         # The seed's rule: the given total is spread evenly over the layers, all TP-sharded.
         per_layer = float(model.n_params) / L
@@ -257,6 +273,10 @@ def build_arch(model: ModelSpec) -> Arch:
         p_q, p_kv, p_rep, p_mlp = p_q * share, p_kv * share, p_rep * share, p_mlp * share
         p_out = p_out * share
         p_norm = p_embed = p_output = p_final_norm = 0.0
+        # N holds the output layer too: its h x V weights are the logits GEMM, timed on the last
+        # stage, so the layers multiply through the other N - hV (ModelSpec forbids N <= hV)
+        gemm_share = 1.0 - h * model.vocab_size / float(model.n_params)
+    attention_flops = (not uniform) if model.attention_flops is None else model.attention_flops
 
     return Arch(
         n_layers=L,
@@ -297,6 +317,9 @@ def build_arch(model: ModelSpec) -> Arch:
         p_output=p_output,
         p_final_norm=p_final_norm,
         uniform=uniform,
+        gemm_share=gemm_share,
+        tied=bool(model.tied_embeddings and not uniform),
+        attention_flops=attention_flops,
         act_attn_rep=float(act_attn_rep),
         act_attn_qo=float(act_attn_qo),
         act_attn_kv=float(act_attn_kv),

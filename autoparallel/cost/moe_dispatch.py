@@ -36,7 +36,8 @@ from ..placement import Group, group
 from ..specs.precision import recipe
 from ..specs.problem import Problem
 from .arch import Arch
-from .comm import Collective, collective_time
+from .comm import Collective, collective_time, nic_seconds
+from .network import sizes as tier_sizes
 
 FLEX = ("deepep", "hybridep")
 """Dispatchers that deduplicate the cross-node copies of a token (Megatron's flex dispatcher)."""
@@ -56,6 +57,11 @@ class Dispatch:
     """Forward expert-TP all-gather of the received tokens and reduce-scatter of the outputs."""
     etp_bwd: np.ndarray
     """Their backward."""
+    nic_fwd: np.ndarray
+    """NIC seconds of the forward dispatch and combine (`cost.comm.nic_seconds`; 0 inside one
+    scale-up domain): the data-parallel reduction cannot use them while they run."""
+    nic_bwd: np.ndarray
+    """NIC seconds of their backward."""
 
 
 def routed_tokens(problem: Problem, t: LayoutTable) -> np.ndarray:
@@ -96,20 +102,26 @@ def dispatch_time(problem: Problem, arch: Arch, t: LayoutTable, groups: dict) ->
     zero = np.zeros(len(t))
     if which == "allgather":
         # every token of the expert-TP x EP block (ranks 0 .. etp x ep - 1 of the expert grid)
-        block = group(t["etp"] * t["ep"], np.ones(len(t)), problem.cluster.nvlink_domain)
+        block = group(t["etp"] * t["ep"], np.ones(len(t)), tier_sizes(problem))
         gathered = block.size * T_r * h * 2.0
         one = collective_time(problem, Collective.ALL_GATHER, gathered, block) \
             + collective_time(problem, Collective.REDUCE_SCATTER, gathered, block)
-        return Dispatch(fwd=one, bwd=one, etp_fwd=zero, etp_bwd=zero)
+        nic = nic_seconds(problem, Collective.ALL_GATHER, gathered, block) \
+            + nic_seconds(problem, Collective.REDUCE_SCATTER, gathered, block)
+        return Dispatch(fwd=one, bwd=one, etp_fwd=zero, etp_bwd=zero, nic_fwd=nic, nic_bwd=nic)
     ep = groups["ep"]
     copies = k * T_r
     q_dispatch = rec.element_bytes if (which in FLEX and rec.low) else 2.0
     scale = node_dedup(arch, ep) if which in FLEX else 1.0
     a2a = lambda nbytes: collective_time(problem, Collective.ALL_TO_ALL, nbytes * scale, ep)  # noqa: E731
+    nic = lambda nbytes: nic_seconds(problem, Collective.ALL_TO_ALL, nbytes * scale, ep)  # noqa: E731
     combine = a2a(copies * h * 2.0)
     fwd = a2a(copies * h * q_dispatch) + combine + a2a(copies * PROBS_BYTES)
     bwd = 2.0 * combine
+    nic_fwd = nic(copies * h * q_dispatch) + nic(copies * h * 2.0) + nic(copies * PROBS_BYTES)
+    nic_bwd = 2.0 * nic(copies * h * 2.0)
     received = etp * copies * h * 2.0  # what each expert-TP rank holds after the all-gather
     etp_one = collective_time(problem, Collective.ALL_GATHER, received, groups["etp"]) \
         + collective_time(problem, Collective.REDUCE_SCATTER, received, groups["etp"])
-    return Dispatch(fwd=fwd, bwd=bwd, etp_fwd=etp_one, etp_bwd=etp_one)
+    return Dispatch(fwd=fwd, bwd=bwd, etp_fwd=etp_one, etp_bwd=etp_one, nic_fwd=nic_fwd,
+                    nic_bwd=nic_bwd)

@@ -34,7 +34,6 @@ from ..units import TFLOPS, US
 from .arch import Arch
 from .compute import gemm_time, linear_time, memory_bound_time
 from .moe_dispatch import Dispatch, routed_tokens
-from .overlap import exposed_share, hidden_cost
 
 SCOPED_GRAPH_SHARE = 0.5
 """Share of an MoE layer's host launches left eager with Transformer Engine scoped graphs of the
@@ -151,35 +150,58 @@ def a2a_overlap_allowed(problem: Problem, t: LayoutTable) -> np.ndarray:
     return (t["ep"] > 1) & (t["rc"] != 2) & ((t["pp"] == 1) | (t["vp"] > 1))
 
 
-def exposed_dispatch(problem: Problem, arch: Arch, t: LayoutTable, d: Dispatch, ffn: MoEFFN,
-                     layer_fwd: np.ndarray, again) -> tuple[np.ndarray, np.ndarray]:
-    """(EP, expert-TP) exposed dispatcher seconds per MoE layer and micro-batch (forward,
-    backward and `again` times one more forward for recompute), by how the stack hides it:
+def hidden_dispatch(problem: Problem, arch: Arch, t: LayoutTable, d: Dispatch, ffn: MoEFFN,
+                    layer_fwd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds of one forward (`d.fwd`) and one backward (`d.bwd`) dispatch per MoE layer and
+    micro-batch that hide behind compute, by how the stack hides it:
 
     - DualPipe(V) (schedule codes 4, 5): one micro-batch's all-to-all under another's compute
-      (DeepSeek-V3 report §3.2.1), at the SMs it takes;
+      (DeepSeek-V3 report §3.2.1), all of it;
     - 1F1B all-to-all overlap (`a2a_overlap_allowed`): Megatron merges the forward of one
       micro-batch with the backward of another and hides each dispatch behind the other's
-      layer compute (`layer_fwd` forward, 2x backward); measured: Qwen3-30B-A3B on 16 H100, EP 16,
-      41.25 -> 31.31 s per step with alltoall, 24.71 -> 20.99 s with HybridEP (Megatron-Bridge
-      skill `nemo-mbridge-perf-expert-parallel-overlap`);
+      layer compute (forward behind 2x `layer_fwd`, backward behind `layer_fwd`); measured:
+      Qwen3-30B-A3B on 16 H100, EP 16, 41.25 -> 31.31 s per step with alltoall, 24.71 -> 20.99 s
+      with HybridEP (Megatron-Bridge skill `nemo-mbridge-perf-expert-parallel-overlap`);
     - shared-expert overlap (`StackSpec.moe_shared_expert_overlap`, Megatron
-      `--moe-shared-expert-overlap`): the dispatch hides behind the shared experts (forward 1x,
-      backward 2x);
-    - otherwise exposed, but for `Profile.ep_overlap` (0 unless a profile says so).
-    The expert-TP all-gather / reduce-scatter is exposed in every case (the dispatcher runs it
-    on the compute stream before the grouped GEMMs)."""
+      `--moe-shared-expert-overlap`): behind the shared experts (forward 1x, backward 2x);
+    - otherwise `Profile.ep_overlap` of it (0 unless a profile says so)."""
     prof = problem.profile
-    a2a = d.fwd * (1.0 + again) + d.bwd
-    plain = a2a * exposed_share(prof, prof.ep_overlap)
-    out = plain
+    hid_f, hid_b = prof.ep_overlap * d.fwd, prof.ep_overlap * d.bwd
     if problem.stack.moe_shared_expert_overlap and arch.shared_ffn and \
             problem.training.moe_dispatcher != "allgather":
-        out = hidden_cost(prof, d.fwd, ffn.shared) * (1.0 + again) + hidden_cost(prof, d.bwd, 2.0 * ffn.shared)
+        hid_f, hid_b = np.minimum(d.fwd, ffn.shared), np.minimum(d.bwd, 2.0 * ffn.shared)
     allowed = a2a_overlap_allowed(problem, t)
     if np.any(allowed):
-        merged = hidden_cost(prof, d.fwd, 2.0 * layer_fwd) + hidden_cost(prof, d.bwd, layer_fwd)
-        out = np.where(allowed, merged, out)
+        hid_f = np.where(allowed, np.minimum(d.fwd, 2.0 * layer_fwd), hid_f)
+        hid_b = np.where(allowed, np.minimum(d.bwd, layer_fwd), hid_b)
     if np.any(t["sch"] >= 4):
-        out = np.where(t["sch"] >= 4, prof.overlap_sm_fraction * a2a, out)
-    return out, d.etp_fwd * (1.0 + again) + d.etp_bwd
+        hid_f = np.where(t["sch"] >= 4, d.fwd, hid_f)
+        hid_b = np.where(t["sch"] >= 4, d.bwd, hid_b)
+    return hid_f, hid_b
+
+
+def exposed_dispatch(problem: Problem, arch: Arch, t: LayoutTable, d: Dispatch, ffn: MoEFFN,
+                     layer_fwd: np.ndarray, again) -> tuple[np.ndarray, np.ndarray]:
+    """(EP, expert-TP) dispatcher seconds per MoE layer and micro-batch (forward, backward and
+    `again` times one more forward for recompute): what does not hide (`hidden_dispatch`) is
+    exposed, what hides still slows compute by the SMs it takes (`Profile.overlap_sm_fraction`;
+    `cost.overlap`). The expert-TP all-gather / reduce-scatter is exposed in every case (the
+    dispatcher runs it on the compute stream before the grouped GEMMs)."""
+    sm = problem.profile.overlap_sm_fraction
+    hid_f, hid_b = hidden_dispatch(problem, arch, t, d, ffn, layer_fwd)
+    fwd = (d.fwd - hid_f) + sm * hid_f
+    bwd = (d.bwd - hid_b) + sm * hid_b
+    return fwd * (1.0 + again) + bwd, d.etp_fwd * (1.0 + again) + d.etp_bwd
+
+
+def hidden_dispatch_nic(problem: Problem, arch: Arch, t: LayoutTable, d: Dispatch, ffn: MoEFFN,
+                        layer_fwd: np.ndarray, again) -> tuple[np.ndarray, np.ndarray]:
+    """NIC seconds of the hidden dispatches per MoE layer and micro-batch, (forward, backward
+    with `again` recomputed forwards): exposed dispatches run between compute kernels, hidden
+    ones share the NICs with the data-parallel reduction (`cost.time._dp_exposed`; reference
+    §5.6), each in proportion to its hidden share (`hidden_dispatch`)."""
+    hid_f, hid_b = hidden_dispatch(problem, arch, t, d, ffn, layer_fwd)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share_f = np.where(d.fwd > 0, hid_f / d.fwd, 0.0)
+        share_b = np.where(d.bwd > 0, hid_b / d.bwd, 0.0)
+    return d.nic_fwd * share_f, d.nic_bwd * share_b + again * d.nic_fwd * share_f

@@ -13,7 +13,8 @@ term; reference §3.4), and re-runs its forward in the backward:
 - mlp (dense layers): everything inside the MLP, c_f sbf/t (SwiGLU 6, GeLU 4: the FC1 output and
   the FC2 input), keeping its input; re-run: FC1 and FC2 and the activation;
 - moe_act (MoE layers): the routed experts' FC2 inputs, k 2sbf_e/t; re-run: the activation;
-- moe (MoE layers): the router probabilities 4sbE, the routed copies' k(4h + c_f f_e) and the
+- moe (MoE layers): the router probabilities 4sbE, the routed copies held per rank
+  (`cost.moe_memory.routed_activation_bytes`: expert TP keeps the FC1 inputs 2h whole) and the
   shared experts' c_f f_sh; re-run: router, experts and the dispatch/combine all-to-alls;
 - shared_experts (MoE layers): the shared experts' c_f f_sh; re-run: their GEMMs;
 - mla_up_proj (MLA): the up-projected Q, K and V (2 n_h d_qk + 2 n_h (d_qk + d_v)); re-run: the
@@ -169,7 +170,7 @@ def selective_recompute_time(problem: Problem, arch: Arch, t: LayoutTable, moe: 
         out = out + np.where(_has(t, RecomputeModule.SHARED_EXPERTS) & ~whole,
                              shared + elem(per["shared_experts"]), 0.0)
     else:
-        f = arch.p_mlp / (h * (arch.mlp_up + 1))
+        f = arch.gemm_share * arch.p_mlp / (h * (arch.mlp_up + 1))  # as the layer's forward
         mlp = linear_time(problem, T, arch.mlp_up * f / tp, h) + linear_time(problem, T, h, f / tp)
         out = out + np.where(_has(t, RecomputeModule.MLP), mlp + elem(per["mlp"]), 0.0)
     if np.any(per["mla_up_proj"] > 0):

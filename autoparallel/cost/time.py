@@ -15,15 +15,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..layouts import LayoutTable, edp
-from ..placement import layout_groups
+from ..placement import group, layout_groups
 from ..specs.precision import recipe
 from ..specs.problem import Problem
 from ..units import MS
 from .arch import Arch
-from .comm import Collective, collective_time
-from .compute import attention_time, gemm_time, linear_time, memory_bound_time
+from .comm import Collective, collective_time, nic_seconds
+from .compute import ATTN_BWD, attention_time, gemm_time, linear_time, memory_bound_time
 from .moe_dispatch import dispatch_time
-from .moe_layer import exposed_dispatch, moe_ffn
+from .moe_layer import exposed_dispatch, hidden_dispatch_nic, moe_ffn
+from .network import sizes as tier_sizes
 from .memory import layer_activation_bytes, stage_params
 from .overlap import exposed_share as _exposed_share
 from .overlap import hidden_cost as _hidden_cost
@@ -35,28 +36,32 @@ TIME_ITEMS = (
     "compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble",
     "optimizer", "offload", "host",
 )
-ATTN_BWD = 2.5  # flash-attention backward FLOPs / forward FLOPs (reference §2.4)
 ADAM_BYTES = 26.0  # per parameter: fp32 master r+w 8, m r+w 8, v r+w 8, bf16 param write 2; + grad read
 DDP_BUCKET_PARAMS = 4e7  # Megatron DDP bucket, max(4e7, 1e6 * dp * cp) parameters (reference §0)
 
 
 def _attention_forward(problem: Problem, arch: Arch, t: LayoutTable):
-    """(GEMM, core attention) forward seconds of a layer's attention block, one micro-batch,
-    one GPU: QKV (or MLA) and output projections, split by TP, and the fused attention kernel."""
+    """(GEMM, core attention, core attention backward) seconds of a layer's attention block, one
+    micro-batch, one GPU: QKV (or MLA) and output projections, split by TP, and the fused
+    attention kernel forward and backward."""
     s = problem.training.seq_len
     b = t["mb"].astype(np.float64)
     tp, cp = t["tp"].astype(np.float64), t["cp"].astype(np.float64)
     h = arch.hidden
     T = b * s / cp  # tokens through each GEMM (SP all-gathers the TP shards first)
     kv_div = np.minimum(tp, arch.n_kv_heads)
+    share = arch.gemm_share  # 1, or the layers' part of a given n_params (`Arch.gemm_share`)
     in_proj = (arch.p_attn_q - arch.p_attn_out) / tp + arch.p_attn_kv / kv_div + arch.p_attn_rep
-    gemm = linear_time(problem, T, in_proj / h, h)  # QKV (or MLA) projections
-    gemm = gemm + linear_time(problem, T, h, arch.p_attn_out / h / tp)  # output projection
+    gemm = linear_time(problem, T, share * in_proj / h, h)  # QKV (or MLA) projections
+    gemm = gemm + linear_time(problem, T, h, share * arch.p_attn_out / h / tp)  # output projection
     # causal core attention: b * s^2 * n_h (d_qk + d_v) forward FLOPs (reference §2.1), split by
     # TP (heads) and CP (load-balanced sequence chunks); sliding-window layers compute a fraction
     window = arch.attn_pair_fraction(problem.training.seq_len)
-    attn = attention_time(problem, b * s * s * arch.attn_score_width * window / (tp * cp))
-    return gemm, attn
+    attn_flops = b * s * s * arch.attn_score_width * window / (tp * cp)
+    exps = b * s * s / 2.0 * arch.n_heads * window / (tp * cp)  # one per causal score
+    attn = attention_time(problem, attn_flops, exps)
+    attn_bwd = attention_time(problem, attn_flops, exps, backward=True)
+    return gemm, attn, attn_bwd
 
 
 def _dense_mlp_forward(problem: Problem, arch: Arch, t: LayoutTable) -> np.ndarray:
@@ -64,7 +69,7 @@ def _dense_mlp_forward(problem: Problem, arch: Arch, t: LayoutTable) -> np.ndarr
     h = arch.hidden
     T = t["mb"].astype(np.float64) * problem.training.seq_len / t["cp"]
     tp = t["tp"].astype(np.float64)
-    f = arch.p_mlp / (h * (arch.mlp_up + 1))  # = ffn, or its n_params-scaled equivalent
+    f = arch.gemm_share * arch.p_mlp / (h * (arch.mlp_up + 1))  # = ffn, or its n_params equivalent
     return linear_time(problem, T, arch.mlp_up * f / tp, h) + linear_time(problem, T, h, f / tp)
 
 
@@ -81,7 +86,7 @@ def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
     """(GEMM, core attention, elementwise) forward seconds of one layer of a kind, one
     micro-batch, one GPU: the attention block plus a dense MLP, or the MoE block
     (`cost.moe_layer.moe_ffn`; router, experts, shared experts, router scores)."""
-    gemm, attn = _attention_forward(problem, arch, t)
+    gemm, attn, _ = _attention_forward(problem, arch, t)
     if not moe:
         return gemm + _dense_mlp_forward(problem, arch, t), attn, _elementwise(problem, arch, t, False)
     ffn = moe_ffn(problem, arch, t, np.zeros(len(t)))
@@ -91,7 +96,10 @@ def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
 def _tp_pair(problem: Problem, t: LayoutTable, grp, arch: Arch) -> np.ndarray:
     """One block's forward TP communication: an all-reduce (no SP) or an all-gather plus a
     reduce-scatter (SP) of the s*b*h bf16 activation (reference §5.5; seed table). A dense layer
-    has two such blocks (attention, MLP)."""
+    has two such blocks (attention, MLP); an MoE layer's attention block one, its shared experts
+    another (Megatron-Core SharedExpertMLP gathers the SP input and reduce-scatters its output),
+    and the expert-TP all-gather / reduce-scatter of the k routed copies is the dispatcher's
+    (`cost.moe_dispatch`)."""
     T = t["mb"] * problem.training.seq_len / t["cp"]
     S = 2.0 * T * arch.hidden
     ar = collective_time(problem, Collective.ALL_REDUCE, S, grp)
@@ -108,15 +116,16 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
     T = t["mb"] * problem.training.seq_len / cp
     kv_div = np.minimum(tp, arch.n_kv_heads)
     pair = _tp_pair(problem, t, groups["tp"], arch)
-    attn_gemm, attn = _attention_forward(problem, arch, t)
+    attn_gemm, attn, attn_bwd = _attention_forward(problem, arch, t)
     zero = np.zeros(len(t))
-    # each layer kind: (GEMM, core attention, elementwise, overlappable TP communication) forward
+    # each layer kind: (GEMM, core attention, elementwise, overlappable TP communication) forward,
+    # and the core attention's backward
     kinds = {"dense": (attn_gemm + _dense_mlp_forward(problem, arch, t), attn,
-                       _elementwise(problem, arch, t, False), 2.0 * pair)}
+                       _elementwise(problem, arch, t, False), 2.0 * pair, attn_bwd)}
     if arch.n_moe_layers:  # the MoE feed-forward block (`cost.moe_layer`, `cost.moe_dispatch`)
         ffn = moe_ffn(problem, arch, t, pair)
         kinds["moe"] = (attn_gemm + ffn.gemm, attn, _elementwise(problem, arch, t, True) + ffn.elem,
-                        pair + ffn.tp)
+                        pair + ffn.tp, attn_bwd)
         dispatch = dispatch_time(problem, arch, t, groups)
     else:
         kinds["moe"] = kinds["dense"]
@@ -168,9 +177,9 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
         if offload:
             n_off = dict(zip(("dense", "moe"), offloaded_layers(t, st.n_dense, st.n_moe)))
         for kind, n in (("dense", st.n_dense), ("moe", st.n_moe)):
-            gemm, attn_k, elem, tp_fwd = kinds[kind]
+            gemm, attn_k, elem, tp_fwd, attn_b = kinds[kind]
             fwd = gemm + attn_k + elem
-            bwd = 2.0 * gemm + ATTN_BWD * attn_k + 2.0 * elem
+            bwd = 2.0 * gemm + attn_b + 2.0 * elem
             parts[kind] = dict(
                 fwd=n * fwd,
                 bwd=n * bwd,
@@ -182,12 +191,16 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
                 # weight-gradient GEMMs: half the GEMM backward (one of its two GEMMs, = forward)
                 wgrad=n * gemm,
             )
-        ep, host = zero, zero
+        ep, host, nic_fwd, nic_bwd = zero, zero, zero, zero
         if arch.n_moe_layers:
             again = st.recomputed + moe_again
+            layer_fwd = kinds["moe"][0] + attn
             ep_exposed, etp_exposed = exposed_dispatch(problem, arch, t, dispatch, ffn,
-                                                       kinds["moe"][0] + attn, again)
+                                                       layer_fwd, again)
             ep = st.n_moe * ep_exposed
+            # NIC time of the hidden dispatches, which the DP reduction cannot use (`_dp_exposed`)
+            nic_f, nic_b = hidden_dispatch_nic(problem, arch, t, dispatch, ffn, layer_fwd, again)
+            nic_fwd, nic_bwd = st.n_moe * nic_f, st.n_moe * nic_b
             parts["moe"]["tp"] = parts["moe"]["tp"] + st.n_moe * etp_exposed
             host = st.n_moe * ffn.host
         heads = st.output * logits_f + st.mtp * mtp_f
@@ -202,6 +215,8 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
             off=parts["dense"]["off"] + parts["moe"]["off"],
             wgrad=parts["dense"]["wgrad"] + parts["moe"]["wgrad"]
             + (st.output + st.mtp) * logits_gemm,
+            nic_fwd=nic_fwd,
+            nic_bwd=nic_bwd,
             stage=st,
         )
     return out
@@ -240,16 +255,21 @@ def pipeline_bubble(t: LayoutTable, tau, fwd, wgrad) -> np.ndarray:
                      [zb_h1, zbv, dualpipe, dualpipev], classic)
 
 
-def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bwd, m):
+def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bwd, m,
+                nic_fwd=0.0, nic_bwd=0.0):
     """Exposed data-parallel communication seconds per step for one stage (reference §5.5-5.6),
-    plus the compute slowdown of the hidden part."""
+    plus the compute slowdown of the hidden part. Concurrent collectives on the same links share
+    them (reference §5.6): where the DP group and the EP all-to-alls both leave the scale-up
+    domain, the DP traffic hides only in the NIC time the all-to-alls of that forward
+    (`nic_fwd`) or backward (`nic_bwd`) leave free."""
     gb = float(problem.training.grad_reduce_bytes)
     prof = problem.profile
     ov = prof.dp_overlap
-    # ZeRO-3 / FSDP gathers bf16 parameters, or low-precision ones where the stack does
-    # (TorchTitan enable_fsdp_float8_all_gather)
+    # parameters are all-gathered in bf16 (ZeRO-1's after the step, ZeRO-3's per use), or in the
+    # recipe's format with `fp8_param_gather` (Megatron --fp8-param-gather, TorchTitan
+    # enable_fsdp_float8_all_gather)
     rec = recipe(problem.training.precision)
-    pb = rec.element_bytes if rec.low and problem.stack.low_precision_allgather else 2.0
+    pb = rec.element_bytes if rec.low and problem.training.fp8_param_gather else 2.0
     zero = t["zero"]
     total = np.zeros(len(t))
     for psi, grp in ((dense, groups["dpcp"]), (expert, groups["edp"])):
@@ -257,19 +277,41 @@ def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bw
         rs = collective_time(problem, Collective.REDUCE_SCATTER, gb * psi, grp)
         ag = collective_time(problem, Collective.ALL_GATHER, pb * psi, grp)
         bucket = np.minimum(psi, np.maximum(DDP_BUCKET_PARAMS, 1e6 * grp.size))
+        # the last bucket cannot hide: all-reduced without a distributed optimizer (Megatron
+        # DDP `start_grad_sync`: all_reduce per bucket), reduce-scattered with one
+        tail_ar = collective_time(problem, Collective.ALL_REDUCE, gb * bucket, grp)
         tail = collective_time(problem, Collective.REDUCE_SCATTER, gb * bucket, grp)
         hide = lambda comm, window: _hidden_cost(prof, comm, ov * window)  # noqa: E731
-        z0 = hide(ar, bwd) + np.where(ar > 0, tail, 0.0)
-        z1 = hide(rs, bwd) + hide(ag, fwd) + np.where(rs > 0, tail, 0.0)
-        z2 = m * hide(rs, bwd) + hide(ag, fwd) + np.where(rs > 0, tail, 0.0)
-        z3 = m * (hide(ag, fwd) + hide(ag + rs, bwd))
-        total = total + np.choose(zero, [z0, z1, z2, z3])
+        shared = grp.units(0) > 1  # the DP traffic uses the NICs the all-to-alls use
+        f_win = np.where(shared, np.maximum(fwd - nic_fwd, 0.0), fwd)
+        b_win = np.where(shared, np.maximum(bwd - nic_bwd, 0.0), bwd)
+        z0 = hide(ar, b_win) + np.where(ar > 0, tail_ar, 0.0)
+        z1 = hide(rs, b_win) + hide(ag, f_win) + np.where(rs > 0, tail, 0.0)
+        z2 = m * hide(rs, b_win) + hide(ag, f_win) + np.where(rs > 0, tail, 0.0)
+        z3 = m * (hide(ag, f_win) + hide(ag + rs, b_win))
+        # a group with nothing to reduce (a dense model's experts) launches no collective
+        total = total + np.where(psi > 0, np.choose(zero, [z0, z1, z2, z3]), 0.0)
     return total
+
+
+def tied_embedding_allreduce(problem: Problem, arch: Arch, t: LayoutTable) -> np.ndarray:
+    """Exposed seconds per step of keeping tied embeddings in sync when pp > 1: after the
+    data-parallel gradient sync, the first stage (input embedding) and the last (output layer)
+    all-reduce the shared weight's gradient, their V/t x h vocabulary shard in the gradient
+    buffer's dtype, over the 2-rank embedding group, before the optimizer step (Megatron-Core
+    `finalize_model_grads` -> `_allreduce_word_embedding_grads`: `torch.distributed.all_reduce(
+    main_grad, group=embd_group)`, not overlapped; DeepSpeed's `_exec_reduce_tied_grads` alike).
+    The two ranks are (pp - 1) x tp x cp x dp apart (placement order tp-cp-dp-pp)."""
+    tp, cp, dp, pp = (t[k].astype(np.float64) for k in ("tp", "cp", "dp", "pp"))
+    nbytes = float(problem.training.grad_bytes) * arch.p_embed / tp
+    pair = group(np.where(pp > 1, 2.0, 1.0), tp * cp * dp * np.maximum(pp - 1.0, 1.0),
+                 tier_sizes(problem))
+    return np.where(pp > 1, collective_time(problem, Collective.ALL_REDUCE, nbytes, pair), 0.0)
 
 
 def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.ndarray]:
     """Time items (seconds per step) of the pacing stage, plus `step`, `stage` and `m`."""
-    groups = layout_groups(t, problem.cluster.nvlink_domain)
+    groups = layout_groups(t, tier_sizes(problem))
     m = micro_batches(problem.training.global_batch, t).astype(np.float64)
     pp, vp = t["pp"].astype(np.float64), t["vp"].astype(np.float64)
     tp, sp = t["tp"].astype(np.float64), t["sp"] == 1
@@ -286,7 +328,8 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
     items_by_stage = []
     for name, v in per_stage.items():
         dense, expert = stage_params(arch, t, v["stage"])
-        dp = _dp_exposed(problem, t, groups, dense, expert, v["fwd"], v["bwd"], m)
+        dp = _dp_exposed(problem, t, groups, dense, expert, v["fwd"], v["bwd"], m,
+                         v["nic_fwd"], v["nic_bwd"])
         shard = dense / np.where(zero >= 1, d, 1.0) + expert / np.where(zero >= 1, d_e, 1.0)
         opt = memory_bound_time(problem, shard * (ADAM_BYTES + gb))
         off = m * v["off"]
@@ -308,6 +351,8 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
     p2p = collective_time(problem, Collective.P2P, S_pp, groups["pp"])
     # fill and drain cross every chunk boundary once each way; steady-state sends overlap
     out["pp_comm"] = np.where(pp > 1, 2.0 * (pp * vp - 1.0) * p2p, 0.0)
+    if arch.tied:
+        out["pp_comm"] = out["pp_comm"] + tied_embedding_allreduce(problem, arch, t)
     if np.any(t["sch"] >= 2):
         slowest = np.argmax(tau_all, axis=0)
         fwd = np.choose(slowest, [v["fwd"] for v in per_stage.values()])

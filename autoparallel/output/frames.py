@@ -31,7 +31,8 @@ saves for backward) after `attention`; + time_offload_s (host-link transfers and
 after time_optimizer_s; + `layout` (the full slug) after grad_accum. Version 5: + `etp`, `edp`
 (expert tensor- and data-parallel degrees, MoE parallel folding) after `ep`; + the MoE job
 settings `moe_dispatcher`, `moe_a2a_overlap`, `moe_routing`, `moe_capacity_factor`,
-`cuda_graphs` after `tp_comm_overlap`; + `time_host_s` after `time_offload_s`."""
+`cuda_graphs` and `fp8_param_gather` after `tp_comm_overlap`; + `network` (the network preset
+or file) before `profile`; + `time_host_s` after `time_offload_s`."""
 
 
 def ranked_frame(result) -> pd.DataFrame:

@@ -115,7 +115,14 @@ class ModelSpec(Spec):
     defaults to every layer when `sliding_window` is given."""
     n_params: PositiveFloat | None = None
     """Total parameter count; when given it replaces the architecture count and is spread evenly
-    over the layers (the seed's ledger does this). Not allowed with `moe`."""
+    over the layers (the seed's ledger does this), and the model FLOPs per token are the seed's
+    6N (2N forward, 4N backward), the output layer's logits GEMM included. Not allowed with
+    `moe`."""
+    attention_flops: bool | None = None
+    """Whether the model FLOPs (the MFU numerator) add the causal attention term
+    3 s^2 L n_h (d_qk + d_v) per sequence (Megatron's count, reference §2.1). Default: yes for an
+    architecture count, no with `n_params` (the seed's 6N, which has no attention term). The
+    time model runs the attention kernel either way."""
     moe: MoESpec | None = None
     """Mixture-of-experts table; absent for a dense model."""
     mla: MLASpec | None = None
@@ -148,6 +155,12 @@ class ModelSpec(Spec):
             raise ValueError(
                 "`n_params` cannot be combined with a `moe` table: expert parameters are "
                 "sharded differently from dense ones, so give the architecture instead"
+            )
+        if self.n_params is not None and self.n_params <= self.vocab_size * self.hidden_size:
+            raise ValueError(
+                f"`n_params` ({self.n_params:g}) must exceed the output layer's "
+                f"vocab_size x hidden_size = {self.vocab_size * self.hidden_size:,} weights: the "
+                "seed's 6N counts the logits GEMM within N; give the total parameter count"
             )
         if self.n_sliding_layers is not None and self.n_sliding_layers > self.n_layers:
             raise ValueError(

@@ -15,7 +15,9 @@ leave while a trial it saw RUNNING might belong to a dead worker: it watches eac
 heartbeat moves (its worker is alive), it finishes, or it goes stale (no heartbeat for the grace
 period); it fails the stale ones itself (Optuna's retry callback queues a copy of each) and
 measures the retries, so that a lost trial does not wait for the next `tune` invocation when no
-live worker remains. With live workers around, a finished worker lingers about one heartbeat
+live worker remains. A trial that goes stale while a worker still has work is failed when that
+worker next asks for a trial; the invocation then owes its retry and measures it before
+leaving, whether or not its budget is spent. With live workers around, a finished worker lingers about one heartbeat
 interval.
 """
 
@@ -112,7 +114,7 @@ def measure_one(s: TuneSession) -> str:
     got no layout of its own and ran nothing) or "exhausted" (every pool layout is claimed).
     Raises `Interrupted` when the session is stopped mid-measurement."""
     new_token()
-    fail_stale_trials(s.study)
+    _fail_stale_owed(s)
     if _exhausted(s):
         return "exhausted"
     trial = s.study.ask()
@@ -187,6 +189,30 @@ def _record(s: TuneSession, trial, cand, out) -> None:
     else:
         _drop(s, trial, out.failure, out.detail)
         s.log(f"trial {trial.number}: {cand.slug} failed ({out.failure}): {out.detail}")
+
+
+def _fail_stale_owed(s: TuneSession) -> None:
+    """Fail the stale trials before asking for work (Optuna's retry callback queues a retry of
+    each); with a database storage, count the ones this call failed: their retries are this
+    invocation's to measure, even when its budget runs out first (`run_workers`)."""
+    if s.rdb is None:
+        fail_stale_trials(s.study)
+        return
+    failed = _fail_stale(s)
+    if failed:
+        with s._lock:
+            s.retries_owed += failed
+
+
+def _owed_retry(s: TuneSession) -> bool:
+    """True (and one owed retry fewer) while this invocation owes a retry and a retry waits in
+    the queue, the next one `measure_one` asks for."""
+    with s._lock:
+        if s.retries_owed <= 0:
+            return False
+        s.retries_owed -= 1
+    waiting = s.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    return any("failed_trial" in t.system_attrs for t in waiting)
 
 
 def _running_beats(s: TuneSession) -> dict[int, object]:
@@ -272,10 +298,11 @@ def run_workers(s: TuneSession, max_drops: int = 50) -> None:
                 if status == "exhausted":
                     break
                 drops = drops + 1 if status == "dropped" else 0
-            # own work done: one thread per process stays for trials of workers that died
+            # own work done: one thread per process stays for trials of workers that died; it
+            # first measures the retries of those it failed itself while asking for work
             if not s.stop.is_set() and s.recovering.acquire(blocking=False):
                 try:
-                    while recover_lost(s) and measure_one(s) == "measured":
+                    while (_owed_retry(s) or recover_lost(s)) and measure_one(s) == "measured":
                         pass
                 finally:
                     s.recovering.release()

@@ -62,6 +62,9 @@ class TuneConfig:
     grace_period_s: int = 120
     max_retry: int = 3
     workdir: Path | None = None
+    """Per-trial logs and configs; None: a new temporary directory, removed at the end unless
+    `keep_workdir` (a directory given here is never removed)."""
+    keep_workdir: bool = False
     env: Mapping[str, str] | None = None
 
 
@@ -134,6 +137,9 @@ class TuneSession:
     recovering: threading.Lock = field(default_factory=threading.Lock)
     """Held by the one worker thread that, its own work done, waits for lost trials
     (`loop.recover_lost`)."""
+    retries_owed: int = 0
+    """Stale trials this invocation failed while asking for work (`loop.measure_one`): their
+    retries are its to measure, its budget spent or not (`loop.run_workers`)."""
 
     def take_ticket(self) -> bool:
         with self._lock:
