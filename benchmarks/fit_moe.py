@@ -4,9 +4,11 @@ knobs at their reference values (what a held-out source sees: no other source ha
 its stack). Prints the figures of docs/validation.md "Mixtures of experts".
 
 The MoE knobs (`Profile.moe_host_overhead_us`, `grouped_gemm_expert_us`) are software
-properties of a stack's MoE layer, not of a GPU, so one value per stack is fitted over all its
-MoE runs, every GPU together, on top of each GPU's dense knobs (the shipped per-(stack, GPU)
-profiles); `--write` puts the values into every `[profile."<gpu>"]` table of the stack.
+properties of a stack's MoE layer, not of a GPU, so one value per kernel family (the stacks that
+run the same MoE code: megatron-core and megatron-bridge, both Megatron-Core's MoE layer;
+`validation.calibrate.kernel_family`) is fitted over all its MoE runs, every GPU together, on
+top of each GPU's dense knobs (the shipped per-(stack, GPU) profiles); `--write` puts the values
+into every `[profile."<gpu>"]` table of each stack of the family.
 
     python benchmarks/fit_moe.py [--stack megatron-core] [--write]
 """
@@ -26,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from autoparallel.cost.arch import build_arch  # noqa: E402
 from autoparallel.cost.time import time_ledger  # noqa: E402
 from autoparallel.data import PUBLISHED_RUNS  # noqa: E402
-from autoparallel.validation.calibrate import KNOBS  # noqa: E402
+from autoparallel.presets import list_stacks  # noqa: E402
+from autoparallel.validation.calibrate import KNOBS, kernel_family  # noqa: E402
 from autoparallel.validation.runs import load_cases, read_runs  # noqa: E402
 
 MOE_KNOBS = ("moe_host_overhead_us", "grouped_gemm_expert_us")
@@ -90,14 +93,16 @@ def main() -> None:
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     cases, _ = load_cases(read_runs(PUBLISHED_RUNS))
-    cases = [c for c in cases if c.model.moe is not None and c.stack == args.stack]
+    members = sorted(s for s in list_stacks() if kernel_family(s) == kernel_family(args.stack))
+    cases = [c for c in cases if c.model.moe is not None and c.stack in members]
     model = Model(cases)
     fams = [family(c.model.name) for c in cases]
     ref = model.items[0][0].profile.__class__()  # Profile defaults: the reference values
     x_ref = [getattr(ref, k) for k in MOE_KNOBS]
     every = np.arange(len(cases))
     x_all = fit(model, every, x_ref)
-    print(f"{len(cases)} MoE runs of {args.stack}; fitted "
+    by_stack = ", ".join(f"{sum(c.stack == m for c in cases)} {m}" for m in members)
+    print(f"{len(cases)} MoE runs of kernel family {kernel_family(args.stack)} ({by_stack}); fitted "
           + ", ".join(f"{k} = {v:.4g}" for k, v in zip(MOE_KNOBS, x_all)))
     report("in sample", np.expm1(model.log_pred(x_all) - model.log_meas), fams)
     held = np.empty(len(cases))
@@ -109,8 +114,8 @@ def main() -> None:
     report("leave one family out", np.expm1(held), fams)
     report("reference MoE knobs (no MoE run seen)", np.expm1(model.log_pred(x_ref) - model.log_meas),
            fams)
-    if args.write:
-        path = STACKS / f"{args.stack}.toml"
+    for stack in members if args.write else ():
+        path = STACKS / f"{stack}.toml"
         text = path.read_text(encoding="utf-8")
         for k, v in zip(MOE_KNOBS, x_all):
             text = re.sub(rf"^{k} = .*\n", "", text, flags=re.M)
