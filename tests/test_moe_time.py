@@ -183,9 +183,17 @@ def test_what_each_overlap_hides():
     ep, _ = exposed_dispatch(q, arch, t, d, ffn, np.array([0.5]), 0.0)
     f = q.profile.overlap_sm_fraction
     assert ep[0] == pytest.approx((1.0 + f * 1.0) + (2.5 + f * 0.5))
-    # a recomputed forward (again = 1) dispatches once more, hidden the same way: 2 x 2 + 3 s
-    ep, _ = exposed_dispatch(q, arch, t, d, ffn, np.array([1e3]), 1.0)
+    # a recomputed forward (again = 1) dispatches once more, hidden the same way: 2 x 2 + 3 s;
+    # its expert-TP gather runs again too, exposed: 2 x 0.5 + 0.25
+    ep, etp = exposed_dispatch(q, arch, t, d, ffn, np.array([1e3]), 1.0)
     assert ep[0] == pytest.approx(q.profile.overlap_sm_fraction * 7.0)
+    assert etp[0] == pytest.approx(1.25)
+    # Megatron runs the 1F1B overlap with a pipeline only on virtual stages: pp 16 with vp 1
+    # hides nothing (5 s exposed), whatever compute there is
+    t1 = _table("dp32-tp2-pp16[3,4x14,2]-vp1-cp1-ep32-z1-rselective-sp-mb1")
+    ffn1 = moe_ffn(p, arch, t1, np.zeros(1))
+    ep, _ = exposed_dispatch(q, arch, t1, d, ffn1, np.array([1e3]), 0.0)
+    assert ep[0] == 5.0
     shared = ffn.__class__(**{**ffn.__dict__, "shared": np.array([1.0])})
     stack = p.stack.model_copy(update={"moe_shared_expert_overlap": True})
     s = p.model_copy(update={"stack": stack})
