@@ -21,12 +21,13 @@ from .specs.layout import Layout, parse_stage_layers, stage_layers_slug
 
 INPUT_COLUMNS = (
     "model", "gpu", "n_gpus", "gpus_per_node", "seq_len", "global_batch", "dp", "tp", "pp", "vp",
-    "cp", "ep", "zero", "recompute", "sp", "micro_batch",
+    "cp", "ep", "etp", "zero", "recompute", "sp", "micro_batch",
 )
 PROBLEM_COLUMNS = INPUT_COLUMNS[:6]
 JOB_COLUMNS = JOB_FIELDS
 """Optional columns: every job setting (`JobSpec`); a blank cell takes the stack's default."""
-_OPTIONAL_DEFAULTS = {"gpus_per_node": 8, "dp": None, "vp": 1, "cp": 1, "ep": 1, "zero": 1,
+_OPTIONAL_DEFAULTS = {"gpus_per_node": 8, "dp": None, "vp": 1, "cp": 1, "ep": 1, "etp": None,
+                      "zero": 1,
                       "recompute": "none", "sp": None, "micro_batch": 1}
 SPLIT_COLUMN = "stage_layers"
 """Optional column: layers per pipeline stage (`7,8x14,7`); blank = even, or the balanced split
@@ -37,7 +38,7 @@ _TRUE, _FALSE = {"1", "true", "yes", "on", "t", "y"}, {"0", "false", "no", "off"
 
 def _blank(row, col) -> bool:
     """True when the cell is empty; raises when an empty cell has no default."""
-    value = row[col]
+    value = row[col] if col in row else None  # an optional column absent: its default
     empty = value is None or (isinstance(value, float) and np.isnan(value)) or str(value).strip() == ""
     if empty and col not in _OPTIONAL_DEFAULTS:
         raise SpecError(f"`{col}` is empty")
@@ -143,7 +144,8 @@ def score_frame(frame: pd.DataFrame, profile: str | None = None) -> pd.DataFrame
             zero = _int(row, "zero")
             layout = Layout(
                 dp=_int(row, "dp"), tp=_int(row, "tp"), pp=_int(row, "pp"), vp=_int(row, "vp"),
-                cp=_int(row, "cp"), ep=_int(row, "ep"), zero=zero, recompute=rc,
+                cp=_int(row, "cp"), ep=_int(row, "ep"), etp=_int(row, "etp"), zero=zero,
+                recompute=rc,
                 sp=_bool(row, "sp"), micro_batch=_int(row, "micro_batch"),
                 stage_layers=_split(row),
             )

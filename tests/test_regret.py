@@ -29,17 +29,17 @@ def test_regret_of_the_nemo_llama2_7b_recipe():
     """NeMo 24.07 performance summary, Llama-2-7B on 8 H100 in FP8 (published_runs GT0542): TP1
     PP1, micro-batch 1, 128 sequences of 4096 tokens, 16,934 tokens/s/GPU, so the measured step is
     128 x 4096 / (16,934 x 8) = 3.870 s. Optimism compares plan's #1 with that; the shrunk figure
-    divides #1 by exp(p50) of the H100 residuals of the row's stack in error_bands.csv (the row
-    of #1's regime, compute- or communication-bound). A NeMo performance-summary row is a
-    Megatron-Bridge recipe (data/megatron_bridge_recipes.csv)."""
+    divides #1 by exp(p50) of the H100 residuals of the row's stack in error_bands.csv
+    (megatron-bridge: NeMo 24.07 runs NVIDIA's recipes; the row of #1's regime, compute- or
+    communication-bound)."""
     case = _case("GT0542")
     row = regret.regret_row(case, None, {}, 0.01)
     measured = 128 * 4096 / (16934 * 8)
     assert row["measured_s"] == pytest.approx(measured, rel=1e-9)
     assert row["optimism"] == pytest.approx(row["best_s"] / measured - 1, rel=1e-12)
     bands = pd.read_csv(BAND_FILE, comment="#")
-    assert row["stack"] == "megatron-bridge"
-    mine = bands[(bands["quantity"] == "step") & (bands["stack"] == row["stack"])
+    assert case.stack == row["stack"] == "megatron-bridge"
+    mine = bands[(bands["quantity"] == "step") & (bands["stack"] == case.stack)
                  & (bands["gpu"] == "h100")]
     shrunk = {round(row["best_s"] / math.exp(p) / measured - 1, 12) for p in mine["p50"]}
     assert round(row["optimism_shrunk"], 12) in shrunk

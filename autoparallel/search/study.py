@@ -14,8 +14,8 @@ from optuna.trial import TrialState, create_trial
 from ..errors import SpecError
 from ..specs.layout import RECOMPUTE_NAMES, SCHEDULE_NAMES
 
-PARAM_AXES = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch",
-              "schedule", "first_stage_layers", "last_stage_layers")
+PARAM_AXES = ("dp", "tp", "pp", "vp", "cp", "ep", "etp", "zero", "recompute", "sp",
+              "micro_batch", "schedule", "first_stage_layers", "last_stage_layers")
 """Optuna parameters of a layout; the stage-layer counts are 0 for the even split."""
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -31,7 +31,8 @@ def _params(ev, i: int) -> dict:
     t = ev.table
     return {
         "dp": int(t["dp"][i]), "tp": int(t["tp"][i]), "pp": int(t["pp"][i]), "vp": int(t["vp"][i]),
-        "cp": int(t["cp"][i]), "ep": int(t["ep"][i]), "zero": int(t["zero"][i]),
+        "cp": int(t["cp"][i]), "ep": int(t["ep"][i]),
+        "etp": int(t["etp"][i]), "zero": int(t["zero"][i]),
         "recompute": RECOMPUTE_NAMES[int(t["rc"][i])].value, "sp": bool(t["sp"][i]),
         "micro_batch": int(t["mb"][i]),
         "schedule": SCHEDULE_NAMES[int(t["sch"][i])].value,

@@ -76,7 +76,7 @@ class Candidate:
 def layout_params(lay: Layout) -> dict:
     """Optuna params of a resolved layout (same form as `search.study._params`)."""
     return {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "vp": lay.vp, "cp": lay.cp, "ep": lay.ep,
-            "zero": lay.zero, "recompute": lay.recompute.value, "sp": bool(lay.sp),
+            "etp": lay.expert_tp, "zero": lay.zero, "recompute": lay.recompute.value, "sp": bool(lay.sp),
             "micro_batch": lay.micro_batch, "schedule": lay.pipeline_schedule.value,
             "first_stage_layers": lay.stage_layers[0] if lay.stage_layers else 0,
             "last_stage_layers": lay.stage_layers[-1] if lay.stage_layers else 0}
