@@ -102,13 +102,20 @@ def _tp_comm_layer(problem: Problem, t: LayoutTable, grp, arch: Arch,
         return np.where(t["sp"] == 1, ag_rs, ar)
 
     if not moe:
-        return 2.0 * pair(S)
+        return arch.blocks * pair(S)
     shared = pair(S) if arch.shared_ffn else 0.0
-    return pair(S) + pair(arch.top_k * S) + shared
+    # the attention block's pair (none for a hybrid model's MoE-only layer: blocks = 1)
+    return (arch.blocks - 1.0) * pair(S) + pair(arch.top_k * S) + shared
 
 
-def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[str, dict]:
-    """Per-micro-batch seconds of each stage: fwd, bwd, recompute, tp, cp, ep."""
+def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups,
+                sts: dict | None = None) -> dict[str, dict]:
+    """Per-micro-batch seconds of each stage: fwd, bwd, recompute, tp, cp, ep. `sts`: the
+    stages to cost (default: `stages(arch, ...)`; a hybrid model passes each layer type's)."""
+    if arch.hybrid is not None:  # hybrid hook: summed over the layer types (`cost.layer_types`)
+        from .layer_types import hybrid_stage_times
+
+        return hybrid_stage_times(problem, arch, t, groups)
     prof = problem.profile
     rc = t["rc"]
     tp, cp = t["tp"].astype(np.float64), t["cp"].astype(np.float64)
@@ -172,7 +179,7 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
                  "moe": factor * layer_activation_bytes(problem, arch, t, moe=True)}
 
     out = {}
-    for name, st in stages(arch, t, problem.training.global_batch).items():
+    for name, st in (sts or stages(arch, t, problem.training.global_batch)).items():
         parts = {}
         if offload:
             n_off = dict(zip(("dense", "moe"), offloaded_layers(t, st.n_dense, st.n_moe)))

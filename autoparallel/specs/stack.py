@@ -24,6 +24,7 @@ AttentionKernel = Literal["flash", "cudnn", "eager"]
 
 STACK_KNOBS = ("gemm_efficiency", "fp8_gemm_efficiency", "fp4_gemm_efficiency",
                "attention_efficiency", "cudnn_attention_efficiency", "elementwise_factor",
+               "scan_efficiency",
                "step_overhead_ms", "dp_overlap", "ep_overlap", "memory_overhead_gib")
 """Profile knobs a stack may set: the software's own efficiencies and overheads. Hardware knobs
 (collective bandwidth fractions, latencies, HBM efficiency) stay the GPU preset's."""
