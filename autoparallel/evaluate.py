@@ -306,6 +306,10 @@ def _layout_error(problem: Problem, lay: Layout, flags: int) -> str:
             "and dualpipe(v) at "
             "least 2 x pp micro-batches"
         )
+    if flags & Reject.LAYER_TYPE:
+        from .cost.layer_rules import layer_type_message
+
+        lines.append(layer_type_message(problem, lay))
     if flags & Reject.EXPERTS:
         n_exp = m.moe.n_experts if m.moe else 0
         lines.append(

@@ -29,6 +29,7 @@ class Reject(IntFlag):
     EP_NODE = 256
     OOM = 512
     SCHEDULE = 1024
+    LAYER_TYPE = 2048
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,15 @@ RULES: tuple[Rule, ...] = (
     Rule("ep_in_node", Reject.EP_NODE, "tp x ep must sit inside one NVLink domain (optional)",
          _ep_in_node, default_on=False),
 )
+def _layer_type(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
+    from .cost.layer_rules import layer_type_violations  # hybrid models (`cost.layer_types`)
+
+    return layer_type_violations(p, a, t)
+
+
+RULES = RULES + (Rule("layer_type", Reject.LAYER_TYPE,
+                      "the stack must run every layer type of a hybrid model with this layout",
+                      _layer_type),)
 RULE_BY_NAME = {r.name: r for r in RULES}
 
 

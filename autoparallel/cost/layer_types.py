@@ -188,7 +188,7 @@ def build_hybrid_arch(model: ModelSpec) -> Arch:
     hy = HybridArch(letters=letters, parts=tuple(parts), mixers=mixers, hidden=h,
                     vocab=model.vocab_size, p_embed=base.p_embed, p_output=base.p_output,
                     p_final_norm=base.p_final_norm, attn_score_width=base.attn_score_width)
-    top = parts[-1].arch if n_moe else base
+    top = next((p.arch for p in parts if p.moe), base)  # the routed experts' part
     return replace(base, n_layers=L, n_dense_layers=L - n_moe, n_moe_layers=n_moe,
                    n_experts=top.n_experts, top_k=top.top_k, expert_ffn=top.expert_ffn,
                    n_shared=top.n_shared, shared_ffn=top.shared_ffn, hybrid=hy,
