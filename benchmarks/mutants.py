@@ -48,6 +48,8 @@ CAPACITY = ("tests/test_capacity.py::test_parsers",
             "tests/test_capacity.py::test_default_mtbf_is_the_llama3_rate_and_young_daly_interval",
             "tests/test_capacity.py::test_one_row_by_hand_on_a_small_job")
 """The capacity arithmetic's fast tests (one 8-GPU plan)."""
+HYBRID = ("tests/test_hybrid.py",)
+"""The hybrid layer types' tests (hand-derived counts, FLOPs and ledgers)."""
 
 
 @dataclass(frozen=True)
@@ -132,10 +134,11 @@ MUTANTS: tuple[Mutant, ...] = (
       'sel = {"dense": np.where(rc == 1, dense[0], 0.0)',
       "selective recompute re-runs the GEMMs, not core attention"),
     # ---- time.py: communication items
-    M("tp-pairs", "cost/time.py", "        return 2.0 * pair(S)", "        return pair(S)",
+    M("tp-pairs", "cost/time.py", "        return arch.blocks * pair(S)", "        return pair(S)",
       "one TP pair per layer instead of two"),
-    M("tp-moe-k", "cost/time.py", "return pair(S) + pair(arch.top_k * S) + shared",
-      "return pair(S) + pair(S) + shared", "MoE TP traffic T h, not k T h (issue 27 item 6)"),
+    M("tp-moe-k", "cost/time.py",
+      "return (arch.blocks - 1.0) * pair(S) + pair(arch.top_k * S) + shared",
+      "return (arch.blocks - 1.0) * pair(S) + pair(S) + shared", "MoE TP traffic T h, not k T h (issue 27 item 6)"),
     M("tp-recompute", "cost/time.py", "return comm * (2.0 + full)", "return comm * 2.0",
       "recomputed forward's TP collectives not counted"),
     M("tp-overlap-bwd", "cost/time.py",
@@ -320,6 +323,24 @@ MUTANTS: tuple[Mutant, ...] = (
       "GPU-hours of one GPU", CAPACITY),
     M("days-goodput", "capacity_model.py", "days = tokens / tps / 86400.0 * factor",
       "days = tokens / tps / 86400.0", "days without the goodput loss", CAPACITY),
+    # ---- hybrid layer types (cost/layer_types.py, cost/mamba.py, cost/linear_attention.py,
+    # cost/ssm_mixer.py, cost/layer_rules.py)
+    M("mamba-in-proj", "cost/mamba.py", "in_width=2 * d_in + 2 * G * N + H",
+      "in_width=2 * d_in + G * N + H", "in_proj with one of B, C", HYBRID),
+    M("ssd-state-terms", "cost/mamba.py", "H * (2.0 * Q * P + 4.0 * N * P + 2.0 * N * P / Q)",
+      "H * (2.0 * Q * P + 2.0 * N * P + 2.0 * N * P / Q)", "SSD without the state output", HYBRID),
+    M("delta-rule-state", "cost/linear_attention.py", "+ C * C / 3.0 + 6.0 * dk * dv)",
+      "+ C * C / 3.0 + 4.0 * dk * dv)", "delta rule without the state update", HYBRID),
+    M("scan-bwd", "cost/ssm_mixer.py", "SCAN_BWD = 2.0", "SCAN_BWD = 1.0",
+      "scan backward as cheap as the forward", HYBRID),
+    M("mixer-act-shard", "cost/ssm_mixer.py", "return 2.0 * self.in_width + 4.0 * self.out_in",
+      "return 2.0 * self.in_width + 2.0 * self.out_in", "out_proj input not stored", HYBRID),
+    M("mixer-tp-units", "cost/layer_rules.py", "bad |= (u % tp) != 0", "bad |= (u % tp) < 0",
+      "Mamba groups not checked against TP", HYBRID),
+    M("hybrid-block-pairs", "cost/layer_types.py", "single = dict(blocks=1.0,",
+      "single = dict(blocks=2.0,", "a single-block layer with two TP pairs", HYBRID),
+    M("hybrid-vp-chunks", "cost/layer_types.py", "a = np.clip((j * pp + r) * chunk, 0, L)",
+      "a = np.clip((j + r) * chunk, 0, L)", "interleaved chunks taken as contiguous", HYBRID),
 )
 
 
