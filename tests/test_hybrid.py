@@ -179,3 +179,35 @@ def test_dense_predictions_unchanged():
     for c in cases:
         got = float(evaluate(c.problem(), c.table()).time["step"][0])
         assert got == pytest.approx(before.loc[c.row_id, "predicted_step_s"], rel=1e-3), c.row_id
+
+
+NEMOTRON_H_8B = {  # nvidia/Nemotron-H-8B-Base-8K config.json, the keys the planner reads
+    "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h",
+    "_name_or_path": "nvidia/Nemotron-H-8B-Base-8K", "num_hidden_layers": 52,
+    "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+    "intermediate_size": 21504, "vocab_size": 131072, "mlp_hidden_act": "relu2",
+    "tie_word_embeddings": False, "hybrid_override_pattern":
+    "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", "mamba_num_heads": 128,
+    "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4, "expand": 2,
+    "chunk_size": 128,
+}
+
+
+def test_nemotron_h_hf_config_loads_and_plans(tmp_path):
+    """The HF config as published loads (pattern, Mamba fields), counts 8,100,852,736
+    parameters (the preset's, derived by hand above), and `plan` ranks layouts on 64 H100."""
+    import json
+
+    from autoparallel.presets import load_model as load
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(NEMOTRON_H_8B))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = load(str(path))
+    assert m.layer_letters.count("M") == 24 and m.mamba.n_heads == 128
+    assert build_arch(m).n_params == 8_100_852_736
+    from autoparallel.api import plan
+    res = plan(model=m, gpu="h100", gpus=64, seq_len=8192, global_batch=512, top=5)
+    best = res.layout(1)
+    assert best.tp in (1, 2, 4, 8) and 128 % best.tp == 0 and 8 % best.tp == 0
