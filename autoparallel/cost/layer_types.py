@@ -252,10 +252,10 @@ def _part_stage(st, part: Part, carrier: bool):
     zero = np.zeros_like(np.asarray(n, dtype=np.float64))
     return replace(st, n_dense=zero if part.moe else n, n_moe=n if part.moe else zero,
                    embed=st.embed if carrier else zero, output=st.output if carrier else zero,
-                   counts=None)
+                   mtp=st.mtp if carrier else 0.0, counts=None)
 
 
-_TIME_KEYS = ("fwd", "bwd", "rec", "tp", "cp", "ep", "off", "wgrad", "nic_fwd", "nic_bwd")
+_TIME_KEYS = ("fwd", "bwd", "rec", "tp", "cp", "ep", "host", "off", "wgrad", "nic_fwd", "nic_bwd")
 
 
 def hybrid_stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[str, dict]:
@@ -263,7 +263,7 @@ def hybrid_stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> 
     ledger on its own layers (CP's ring exchange only for attention), plus the mixers."""
     from .comm import collective_time
     from .stages import stages
-    from .time import _hidden_cost, _tp_comm_layer, stage_times
+    from .time import _hidden_cost, _tp_pair, stage_times
 
     hy = arch.hybrid
     sts = stages(arch, t, problem.training.global_batch)
@@ -281,7 +281,7 @@ def hybrid_stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> 
     prof = problem.profile
     rc = t["rc"]
     cp = t["cp"].astype(np.float64)
-    pair = _tp_comm_layer(problem, t, groups["tp"], hy.parts[0].arch)  # one block's pair
+    pair = _tp_pair(problem, t, groups["tp"], hy.parts[0].arch)  # one block's pair
     for letter, mx in hy.mixers.items():
         gemm, scan, elem = mixer_forward(problem, mx, t)
         fwd = gemm + scan + elem

@@ -12,7 +12,7 @@ from ..errors import SpecError, format_validation_error
 from ..specs._base import Spec
 from ..specs.layout import Recompute, RecomputeModule, Schedule
 
-AXES = ("tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch", "schedule",
+AXES = ("tp", "pp", "vp", "cp", "ep", "etp", "zero", "recompute", "sp", "micro_batch", "schedule",
         "recompute_modules", "recompute_group", "recompute_layers", "offload_layers",
         "optimizer_offload")
 
@@ -29,7 +29,12 @@ class SearchSpace(Spec):
     cp: list[PositiveInt] | None = None
     """Context-parallel degrees (auto: divisors of the GPU count)."""
     ep: list[PositiveInt] | None = None
-    """Expert-parallel degrees (auto: divisors of the experts that divide dp x cp)."""
+    """Expert-parallel degrees (auto: divisors of the experts with etp x ep dividing tp x cp x dp,
+    parallel folding)."""
+    etp: list[PositiveInt] | None = None
+    """Expert tensor-parallel degrees (auto: 1 and the row's tp, Megatron's default and the MoE
+    guide's advice; given values: any that divides the expert FFN width inside one NVLink
+    domain; tp alone for dense models)."""
     zero: list[int] | None = None
     """ZeRO stages (auto: 0-3)."""
     recompute: list[Recompute] | None = None
