@@ -46,11 +46,15 @@ DEFAULTS = {"num_gpus": 1, "tensor_model_parallel_size": 1, "pipeline_model_para
             "moe_flex_dispatcher_backend": None, "moe_a2a_overlap": False}
 """`scripts/performance/utils/utils.py` `WorkloadBaseConfig` field defaults (v0.4.0)."""
 FAMILY = {"deepseek": r"^DEEPSEEK_V3", "qwen3_30b": r"^QWEN3_30B_A3B", "qwen3_235b":
-          r"^QWEN3_235B_A22B", "gpt_oss": r"^GPT_OSS_120B", "kimi": r"^KIMI_K2"}
+          r"^QWEN3_235B_A22B", "gpt_oss": r"^GPT_OSS_120B", "kimi": r"^KIMI_K2",
+          "nemotron_3_nano": r"^NEMOTRON_3_NANO", "nemotron_3_super": r"^NEMOTRON_3_SUPER",
+          "nemotron_3_ultra": r"^NEMOTRON_3_ULTRA"}
 """Preset name prefixes per model family of the MoE rows."""
 MODEL_FAMILY = ((r"deepseek ?v3", "deepseek"), (r"qwen3_30b|qwen3 moe 30b", "qwen3_30b"),
                 (r"qwen3_235b", "qwen3_235b"), (r"gpt[ _-]?oss[ _-]?120b", "gpt_oss"),
-                (r"kimi", "kimi"))
+                (r"kimi", "kimi"), (r"nemotron_3_nano", "nemotron_3_nano"),
+                (r"nemotron_3_super", "nemotron_3_super"), (r"nemotron_3_ultra", "nemotron_3_ultra"))
+"""Row model names per family; the hybrid Nemotron-3 rows (blank `arch_type`) are MoE too."""
 PRECISION = {"bf16": "BF16", "fp8-mx": "FP8_MX", "mxfp8": "FP8_MX", "fp8-cs": "FP8_CS",
              "fp8": "FP8_CS", "nvfp4": "NVFP4", "fp8-sc": "FP8_SC"}
 
@@ -165,9 +169,11 @@ def mine(repo: str) -> list[dict]:
     rows = list(csv.DictReader(open(RUNS, newline="")))
     out = []
     for row in rows:
-        if row["source_key"] != "megatron_bridge_perf" or not str(row["arch_type"]).startswith("moe"):
-            continue
         fam, prec = row_family(row["model"]), row_precision(row["precision"])
+        moe_row = str(row["arch_type"]).startswith("moe") or (
+            not row["arch_type"] and fam is not None and fam.startswith("nemotron_3"))
+        if row["source_key"] != "megatron_bridge_perf" or not moe_row:
+            continue
         if fam is None or prec is None:
             continue
         gpu = re.sub(r"[^A-Z0-9]", "", row["gpu"].upper().split()[0])

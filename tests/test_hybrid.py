@@ -211,3 +211,44 @@ def test_nemotron_h_hf_config_loads_and_plans(tmp_path):
     res = plan(model=m, gpu="h100", gpus=64, seq_len=8192, global_batch=512, top=5)
     best = res.layout(1)
     assert best.tp in (1, 2, 4, 8) and 128 % best.tp == 0 and 8 % best.tp == 0
+
+
+def test_mtp_on_a_pattern_matches_the_transformer_mtp():
+    """An MoE transformer written as a pattern ('*E' per layer) with multi-token prediction costs
+    what the transformer ledger gives it (its MTP terms are derived in tests/test_moe_time.py):
+    each MTP module is one attention and one MoE layer on the last stage plus the projection
+    and the extra output-head pass. Same model FLOPs, compute, step, EP time and memory, with
+    and without a pipeline; and MTP costs something (the step with 2 modules is longer)."""
+    base = dict(hidden_size=1024, n_heads=16, n_kv_heads=4, ffn_hidden_size=2816,
+                vocab_size=32000, activation="swiglu",
+                moe={"n_experts": 8, "top_k": 2, "expert_ffn_hidden_size": 1408})
+    steps = []
+    for mtp in (0, 2):
+        a = ModelSpec(name="t", n_layers=6, mtp_layers=mtp, **base)
+        b = ModelSpec(name="h", layers="*E" * 6, mtp_layers=mtp, **base)
+        assert build_arch(b).model_flops_per_sequence(4096) == pytest.approx(
+            build_arch(a).model_flops_per_sequence(4096), rel=1e-12)
+        for lay in (dict(ep=8, micro_batch=1, dp=8), dict(pp=2, ep=4, micro_batch=1, dp=4)):
+            job = {"tp_comm_overlap": False}
+            _, ra = _estimate(a, gpus=8, job=job, **lay)
+            _, rb = _estimate(b, gpus=8, job=job, **lay)
+            for k in ("compute", "step", "ep_comm"):
+                assert float(rb.time[k][0]) == pytest.approx(float(ra.time[k][0]), rel=1e-9), k
+            assert float(rb.memory["total"][0]) == pytest.approx(float(ra.memory["total"][0]),
+                                                                 rel=1e-9)
+        steps.append(float(rb.time["step"][0]))
+    assert steps[1] > steps[0]
+
+
+def test_nemotron_3_ultra_preset_matches_the_published_model():
+    """Nemotron-3 Ultra 550B-A55B (published config via the miles launch script and the HF
+    config's layers_block_type): 108 layers, 48 Mamba, 48 MoE, attention at 7, 14, 23, 32, 39,
+    48, 57, 64, 73, 82, 89, 98; 550e9 parameters, 55e9 active (the name), within 3 %."""
+    m = load_model("nemotron-3-ultra")
+    letters = m.layer_letters
+    assert len(letters) == 108 and letters.count("M") == 48 and letters.count("E") == 48
+    assert [i for i, c in enumerate(letters) if c == "*"] == [7, 14, 23, 32, 39, 48, 57, 64,
+                                                               73, 82, 89, 98]
+    a = build_arch(m)
+    assert a.n_params == pytest.approx(550e9, rel=0.03)
+    assert a.n_params_active == pytest.approx(55e9, rel=0.03)

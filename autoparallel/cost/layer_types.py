@@ -60,6 +60,17 @@ class HybridArch:
     p_output: float
     p_final_norm: float
     attn_score_width: float
+    n_mtp: int = 0
+    """Multi-token-prediction modules (`ModelSpec.mtp_layers`), each an attention layer and a
+    feed-forward layer (`mtp_letters`) on the last stage, a 2h -> h projection and one more pass
+    through the output head (Megatron-Core `MultiTokenPredictionBlock` on the hybrid stack:
+    Nemotron-3's `mtp_hybrid_override_pattern` "*E")."""
+
+    @property
+    def mtp_letters(self) -> str:
+        """The layer types of one MTP module: attention and the model's feed-forward kind (MoE
+        where the pattern has MoE layers, else MLP)."""
+        return ATTENTION + (MOE if MOE in self.letters else MLP)
 
     @cached_property
     def cum(self) -> dict[str, np.ndarray]:
@@ -104,7 +115,21 @@ class HybridArch:
         s = float(seq_len)
         gemm = 6.0 * s * (self.gemm_params_per_token + self.hidden * self.vocab)
         attn = 3.0 * s * s * self.count(ATTENTION) * self.attn_score_width
-        return gemm + attn + 3.0 * s * self.scan_flops_per_token()
+        mtp = 0.0
+        if self.n_mtp:  # as `Arch._mtp_gemm_params_per_token`: block, projection, logits
+            block = sum(self.layer_gemm_params(k) for k in self.mtp_letters)
+            mtp = self.n_mtp * (6.0 * s * (block + 2.0 * self.hidden ** 2 + self.hidden * self.vocab)
+                                + 3.0 * s * s * self.attn_score_width)
+        return gemm + attn + 3.0 * s * self.scan_flops_per_token() + mtp
+
+    def layer_gemm_params(self, letter: str) -> float:
+        """GEMM weights one token multiplies through in one layer of a transformer type."""
+        total = 0.0
+        for p in self.parts:
+            if p.letter == letter:
+                n = p.arch.n_dense_layers + p.arch.n_moe_layers
+                total += p.arch.gemm_params_per_token() / max(n, 1)
+        return total
 
     def layer_flops(self, letter: str, seq_len: int) -> float:
         """Forward FLOPs per token of one layer of a type (the split weights, `search.splits`)."""
@@ -187,7 +212,8 @@ def build_hybrid_arch(model: ModelSpec) -> Arch:
         mixers[GDN] = build_gated_deltanet(model.linear_attention, h)
     hy = HybridArch(letters=letters, parts=tuple(parts), mixers=mixers, hidden=h,
                     vocab=model.vocab_size, p_embed=base.p_embed, p_output=base.p_output,
-                    p_final_norm=base.p_final_norm, attn_score_width=base.attn_score_width)
+                    p_final_norm=base.p_final_norm, attn_score_width=base.attn_score_width,
+                    n_mtp=model.mtp_layers)
     top = next((p.arch for p in parts if p.moe), base)  # the routed experts' part
     return replace(base, n_layers=L, n_dense_layers=L - n_moe, n_moe_layers=n_moe,
                    n_experts=top.n_experts, top_k=top.top_k, expert_ffn=top.expert_ffn,
@@ -234,11 +260,16 @@ def hybrid_stages(arch: Arch, t: LayoutTable, global_batch: int) -> dict:
     `n_moe` the MoE layers and `n_dense` the others."""
     from .stages import stages
 
+    hy = arch.hybrid
     plain = stages(replace(arch, hybrid=None), t, global_batch)
-    counts = _stage_counts(arch.hybrid, t)
+    counts = _stage_counts(hy, t)
     out = {}
     for name, st in plain.items():
         c = counts[name]
+        if hy.n_mtp:  # the MTP modules' layers run on the last stage (`HybridArch.mtp_letters`)
+            c = dict(c)
+            for k in hy.mtp_letters:
+                c[k] = c[k] + np.asarray(st.mtp, dtype=np.float64)  # st.mtp: modules here
         n_moe = c[MOE]
         n_all = sum(c.values())
         out[name] = replace(st, n_dense=n_all - n_moe, n_moe=n_moe, counts=c)
