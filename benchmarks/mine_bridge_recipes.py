@@ -59,6 +59,27 @@ PRECISION = {"bf16": "BF16", "fp8-mx": "FP8_MX", "mxfp8": "FP8_MX", "fp8-cs": "F
              "fp8": "FP8_CS", "nvfp4": "NVFP4", "fp8-sc": "FP8_SC"}
 
 
+RECIPE_FUNCTIONS = {
+    # Megatron-Bridge v0.6.0 (51885cf132) builds these rows' benchmarks with perf_recipes
+    # functions, not WorkloadBaseConfig presets: the values below are read from the function
+    # bodies (src/megatron/bridge/perf_recipes/nemotronh/{gb300,gb200}/nemotronh.py and
+    # common.py `_apply_nemotron_3_ultra_perf_defaults`: flex dispatcher backend hybridep,
+    # cuda_graph_impl "none", moe_router_force_load_balancing, expert_tensor_parallel_size 1,
+    # recompute_modules ["moe_act"]). Not carried (not modelled): Megatron-FSDP (HSDP), the
+    # fine-grained activation offload of the expert MLP.
+    ("Nemotron_3_Ultra", "GB300"): ("v0.6.0", "51885cf132",
+                                    "src/megatron/bridge/perf_recipes/nemotronh/gb300/nemotronh.py",
+                                    "nemotron_3_ultra_pretrain_256gpu_gb300_fp8mx_config"),
+    ("Nemotron_3_Ultra", "GB200"): ("v0.6.0", "51885cf132",
+                                    "src/megatron/bridge/perf_recipes/nemotronh/gb200/nemotronh.py",
+                                    "nemotron_3_ultra_pretrain_256gpu_gb200_fp8mx_config"),
+}
+"""Rows whose recipe is a v0.6.0 `perf_recipes` function (read by hand; see the comment)."""
+RECIPE_FUNCTION_SETTINGS = {"etp": "1", "moe_dispatcher": "hybridep", "moe_a2a_overlap": "false",
+                            "cuda_graphs": "none", "moe_routing": "balanced",
+                            "recompute_modules": "moe_act"}
+
+
 def git_show(repo: str, tag: str, path: str) -> str | None:
     r = subprocess.run(["git", "-C", repo, "show", f"{tag}:{path}"], capture_output=True, text=True)
     return r.stdout if r.returncode == 0 else None
@@ -178,6 +199,14 @@ def mine(repo: str) -> list[dict]:
             continue
         gpu = re.sub(r"[^A-Z0-9]", "", row["gpu"].upper().split()[0])
         release = str(row["source_locator"]).split(" ")[0]
+        by_hand = RECIPE_FUNCTIONS.get((row["model"], gpu))
+        if by_hand is not None:
+            tag, commit, path, name = by_hand
+            for field, value in RECIPE_FUNCTION_SETTINGS.items():
+                out.append({"row_id": row["row_id"], "field": field, "value": value,
+                            "source": f"NVIDIA-NeMo/Megatron-Bridge@{tag} ({commit}) {path} "
+                                      f"{name} (read by hand)"})
+            continue
         want = row_key(row)
         found = []
         for tag, commit, path, name, cfg in presets:

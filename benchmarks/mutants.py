@@ -406,6 +406,14 @@ MUTANTS: tuple[Mutant, ...] = (
       "single = dict(blocks=2.0,", "a single-block layer with two TP pairs", HYBRID),
     M("hybrid-vp-chunks", "cost/layer_types.py", "a = np.clip((j * pp + r) * chunk, 0, L)",
       "a = np.clip((j + r) * chunk, 0, L)", "interleaved chunks taken as contiguous", HYBRID),
+    M("hybrid-mtp-layers", "cost/layer_types.py",
+      "c[k] = c[k] + np.asarray(st.mtp, dtype=np.float64)", "c[k] = c[k] + 0.0 * np.asarray(st.mtp)",
+      "MTP modules without their attention and MoE layers", HYBRID),
+    M("hybrid-split-weights", "search/splits.py",
+      "w = np.array([per[c] for c in hy.letters], dtype=np.float64)",
+      "w = np.ones(len(hy.letters))", "pipeline split by layer count on a hybrid model", HYBRID),
+    M("hybrid-split-head", "search/splits.py", "out.append(cum[L] - cum[L - last] + w_last)",
+      "out.append(cum[L] - cum[L - last])", "weighted split without the output layer", HYBRID),
 )
 
 

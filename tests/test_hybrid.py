@@ -252,3 +252,28 @@ def test_nemotron_3_ultra_preset_matches_the_published_model():
     a = build_arch(m)
     assert a.n_params == pytest.approx(550e9, rel=0.03)
     assert a.n_params_active == pytest.approx(55e9, rel=0.03)
+
+
+def test_pipeline_split_weighs_layers_by_type():
+    """pp = 2 on '*' x 8 + '-' x 8 (h 1024, 8 heads of 128, ffn 4096 relu2, V 1000, s 1024).
+    Forward FLOPs per token by hand: an attention layer 2 (h (q + 2 kv) + q h) + s n_h
+    (d_qk + d_v) = 2 (1024 x 3072 + 1024 x 1024) + 1024 x 8 x 256 = 10,485,760; an MLP layer
+    2 x 2 h f = 16,777,216; the output layer 2 h V = 2,048,000 on the last stage. The even
+    split [8, 8] loads the last stage with 8 MLP layers + the head (136.3M); [9, 7] 100.7M /
+    119.5M; [10, 6] 117.4M / 102.7M; [11, 5] 134.2M: [10, 6] is the lightest most loaded stage,
+    and the ledger prices it faster than the even split."""
+    from autoparallel.search.splits import balanced_splits, layer_weights, output_weight
+
+    m = ModelSpec(name="w", layers="*" * 8 + "-" * 8, hidden_size=1024, n_heads=8, head_dim=128,
+                  ffn_hidden_size=4096, vocab_size=1000, activation="relu2")
+    arch = build_arch(m)
+    w = layer_weights(arch, 1024)
+    attn, mlp, head = 10_485_760.0, 16_777_216.0, 2_048_000.0
+    mean = (8 * attn + 8 * mlp) / 16
+    assert w[0] == pytest.approx(attn / mean) and w[-1] == pytest.approx(mlp / mean)
+    assert output_weight(arch, 1024) == pytest.approx(head / mean)
+    assert balanced_splits(16, 2, 1, output_weight(arch, 1024), k=1, weights=w) == [(10, 6)]
+    p = make_problem(m, "h100", 2, 1024, 64, tp_comm_overlap=False)
+    rows = [Layout(dp=1, pp=2, micro_batch=1), Layout(dp=1, pp=2, micro_batch=1, stage_layers=[10, 6])]
+    r = evaluate(p, LayoutTable.from_layouts(rows, 2, 16))
+    assert float(r.time["step"][1]) < float(r.time["step"][0])

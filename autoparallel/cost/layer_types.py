@@ -194,9 +194,12 @@ def build_hybrid_arch(model: ModelSpec) -> Arch:
             mlp = replace(_zero_attention(base), blocks=1.0, n_layers=L, n_moe_layers=0,
                           n_dense_layers=n_moe, p_norm=0.0)
             two = 2  # h -> latent and latent -> h: two plain matrices (no gate)
+            # the projections are `parallel_mode="duplicated"` TELinears on the rank's own
+            # (sequence-parallel) tokens (Megatron-Core moe_layer.py `fc1_latent_proj`,
+            # `fc2_latent_proj`): no TP collective of their own (blocks = 0), the same FLOPs
             parts.append(Part(MOE, replace(mlp, ffn=latent, p_mlp=float(two * h * latent),
                                            act_mlp_shard=float(base.act_coef * latent),
-                                           mlp_up=1), False, False))
+                                           mlp_up=1, blocks=0.0), False, False))
             if moe.n_shared_experts:
                 f_sh = moe.shared_ffn_total
                 mu = base.mlp_up + 1
