@@ -414,6 +414,8 @@ MUTANTS: tuple[Mutant, ...] = (
       "w = np.ones(len(hy.letters))", "pipeline split by layer count on a hybrid model", HYBRID),
     M("hybrid-split-head", "search/splits.py", "out.append(cum[L] - cum[L - last] + w_last)",
       "out.append(cum[L] - cum[L - last])", "weighted split without the output layer", HYBRID),
+    M("hybrid-no-vp", "cost/layer_rules.py", "| (t[\"rn\"] != -1) | (t[\"vp\"] > 1)",
+      "| (t[\"rn\"] != -1)", "virtual pipeline stages on a Mamba stack", HYBRID),
 )
 
 

@@ -277,3 +277,24 @@ def test_pipeline_split_weighs_layers_by_type():
     rows = [Layout(dp=1, pp=2, micro_batch=1), Layout(dp=1, pp=2, micro_batch=1, stage_layers=[10, 6])]
     r = evaluate(p, LayoutTable.from_layouts(rows, 2, 16))
     assert float(r.time["step"][1]) < float(r.time["step"][0])
+
+
+def test_hybrid_pipeline_export_and_no_virtual_stages():
+    """Megatron-Core 0.16.1's MambaStack takes an uneven split as the first and last stage's
+    counts with the rest shared evenly (`--decoder-first/last-pipeline-num-layers`), and asserts
+    no virtual pipeline stages: Nemotron-H-8B (52 layers) on pp 4 as [12, 14, 14, 12] exports
+    with those two flags on pretrain_mamba.py; [12, 13, 15, 12] is refused (unequal middle
+    stages); vp 2 breaks the layer_type rule."""
+    from autoparallel.exporters import check, render
+    from autoparallel.rules import Reject
+
+    p = make_problem("nemotron-h-8b", "h100", 32, 8192, 256)
+    lay = Layout(dp=8, pp=4, micro_batch=1, stage_layers=[12, 14, 14, 12])
+    text = render("megatron", p, lay)
+    assert "pretrain_mamba.py" in text
+    assert "--decoder-first-pipeline-num-layers 12" in text
+    assert "--decoder-last-pipeline-num-layers 12" in text
+    assert any("middle pipeline stages" in r
+               for r in check("megatron", p, lay.model_copy(update={"stage_layers": [12, 13, 15, 12]})))
+    r = evaluate(p, LayoutTable.from_layouts([Layout(dp=8, pp=4, vp=2, micro_batch=1), lay], 32, 52))
+    assert r.reject[0] & Reject.LAYER_TYPE and not r.reject[1] & Reject.LAYER_TYPE

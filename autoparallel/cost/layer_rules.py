@@ -7,6 +7,9 @@
   / t divisible by c or c by groups / t. Gated DeltaNet has no CP in Megatron-Core 0.16.1.
 - Only the Megatron stacks build hybrid models (Megatron-Core `MambaModel` / hybrid stack);
   TorchTitan, DeepSpeed, Nanotron and the FSDP / HF-model stacks do not.
+- No virtual pipeline stages: `MambaStack._select_layers_for_pipeline_parallel` asserts
+  `virtual_pipeline_model_parallel_size is None` ("The Mamba hybrid model does not currently
+  support virtual/interleaved pipeline parallelism", Megatron-Core 0.16.1 ssm/mamba_block.py).
 - Not modelled on hybrid models: activation offload, block or uniform full-recompute groups
   (refused rather than costed wrongly). Named recompute modules apply to the attention, MLP and
   MoE layers as in a transformer; no module recomputes a mixer layer.
@@ -22,8 +25,8 @@ from .arch import Arch
 
 HYBRID_STACKS = ("megatron-core", "megatron-bridge")
 WHY = ("a hybrid model's layer types need tp dividing the Mamba / DeltaNet heads and groups, "
-       "a Mamba-compatible cp (none with gated DeltaNet), a Megatron stack, and no offload or "
-       "recompute groups")
+       "a Mamba-compatible cp (none with gated DeltaNet), a Megatron stack, vp = 1, and no "
+       "offload or recompute groups")
 
 
 def layer_type_violations(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
@@ -45,7 +48,7 @@ def layer_type_violations(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
         bad |= (cp > 1) & ((groups % cp) != 0) & ((cp % groups) != 0)
     if p.stack.name not in HYBRID_STACKS:
         bad |= True
-    bad |= (t["ao"] > 0) | (t["rn"] != -1)
+    bad |= (t["ao"] > 0) | (t["rn"] != -1) | (t["vp"] > 1)
     return bad
 
 
@@ -74,6 +77,9 @@ def layer_type_message(p: Problem, lay) -> str:
                          f"{la.n_value_heads} value heads")
         if cp > 1:
             parts.append("gated DeltaNet has no context parallelism in Megatron-Core: use cp 1")
+    if lay.vp > 1:
+        parts.append(f"vp = {lay.vp}: Megatron-Core's Mamba stack has no virtual pipeline "
+                     "stages (use vp 1)")
     if lay.offload_layers or lay.recompute_layers or lay.recompute_group:
         parts.append("activation offload and block / uniform recompute groups are not "
                      "modelled on hybrid models")

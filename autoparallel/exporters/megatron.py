@@ -369,9 +369,12 @@ def megatron_limits(job: Job) -> list[str]:
     if m.layers is not None and "G" in m.layer_letters:
         reasons.append("Megatron-LM 0.16's hybrid pattern has no gated DeltaNet letter (M, *, -, "
                        "E only); Qwen3-Next trains through Megatron-Bridge's GPT model")
-    if m.layers is not None and lay.stage_layers and len(set(lay.stage_layers)) > 1:
-        reasons.append("uneven pipeline stages of a hybrid pattern: pretrain_mamba.py splits "
-                       "the pattern evenly; use a pp that divides the layers")
+    if m.layers is not None and lay.stage_layers and len(set(lay.stage_layers[1:-1])) > 1:
+        # MambaStack reads only the first and last stage's counts and shares the rest evenly
+        # (Megatron-Core 0.16.1 ssm/mamba_block.py `_select_layers_for_pipeline_parallel`)
+        reasons.append("middle pipeline stages of unequal size on a hybrid pattern: "
+                       "pretrain_mamba.py takes the first and last stage's layers "
+                       "(--decoder-first/last-pipeline-num-layers) and shares the rest evenly")
     if lay.zero in SHARDING and lay.vp > 1:
         reasons.append(
             f"ZeRO-{lay.zero} maps to Megatron-FSDP, which does not take several model chunks "
