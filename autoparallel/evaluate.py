@@ -313,6 +313,10 @@ def _layout_error(problem: Problem, lay: Layout, flags: int) -> str:
             "and dualpipe(v) at "
             "least 2 x pp micro-batches"
         )
+    if flags & Reject.LAYER_TYPE:
+        from .cost.layer_rules import layer_type_message
+
+        lines.append(layer_type_message(problem, lay))
     if flags & Reject.EXPERTS and m.moe is None:
         lines.append(
             f"`ep` = {lay.ep} and `etp` = {lay.expert_tp} (tp = {lay.tp}): a dense model has no "

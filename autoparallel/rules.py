@@ -31,6 +31,7 @@ class Reject(IntFlag):
     SCHEDULE = 1024
     A2A_OVERLAP = 2048
     MOE_SP = 4096
+    LAYER_TYPE = 8192
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,17 @@ RULES: tuple[Rule, ...] = (
          "recomputed moe module, and virtual stages with a pipeline (Megatron-Core checks)",
          _a2a_overlap),
 )
+
+
+def _layer_type(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
+    from .cost.layer_rules import layer_type_violations  # hybrid models (`cost.layer_types`)
+
+    return layer_type_violations(p, a, t)
+
+
+RULES = RULES + (Rule("layer_type", Reject.LAYER_TYPE,
+                      "the stack must run every layer type of a hybrid model with this layout",
+                      _layer_type),)
 RULE_BY_NAME = {r.name: r for r in RULES}
 
 

@@ -46,13 +46,38 @@ DEFAULTS = {"num_gpus": 1, "tensor_model_parallel_size": 1, "pipeline_model_para
             "moe_flex_dispatcher_backend": None, "moe_a2a_overlap": False}
 """`scripts/performance/utils/utils.py` `WorkloadBaseConfig` field defaults (v0.4.0)."""
 FAMILY = {"deepseek": r"^DEEPSEEK_V3", "qwen3_30b": r"^QWEN3_30B_A3B", "qwen3_235b":
-          r"^QWEN3_235B_A22B", "gpt_oss": r"^GPT_OSS_120B", "kimi": r"^KIMI_K2"}
+          r"^QWEN3_235B_A22B", "gpt_oss": r"^GPT_OSS_120B", "kimi": r"^KIMI_K2",
+          "nemotron_3_nano": r"^NEMOTRON_3_NANO", "nemotron_3_super": r"^NEMOTRON_3_SUPER",
+          "nemotron_3_ultra": r"^NEMOTRON_3_ULTRA"}
 """Preset name prefixes per model family of the MoE rows."""
 MODEL_FAMILY = ((r"deepseek ?v3", "deepseek"), (r"qwen3_30b|qwen3 moe 30b", "qwen3_30b"),
                 (r"qwen3_235b", "qwen3_235b"), (r"gpt[ _-]?oss[ _-]?120b", "gpt_oss"),
-                (r"kimi", "kimi"))
+                (r"kimi", "kimi"), (r"nemotron_3_nano", "nemotron_3_nano"),
+                (r"nemotron_3_super", "nemotron_3_super"), (r"nemotron_3_ultra", "nemotron_3_ultra"))
+"""Row model names per family; the hybrid Nemotron-3 rows (blank `arch_type`) are MoE too."""
 PRECISION = {"bf16": "BF16", "fp8-mx": "FP8_MX", "mxfp8": "FP8_MX", "fp8-cs": "FP8_CS",
              "fp8": "FP8_CS", "nvfp4": "NVFP4", "fp8-sc": "FP8_SC"}
+
+
+RECIPE_FUNCTIONS = {
+    # Megatron-Bridge v0.6.0 (51885cf132) builds these rows' benchmarks with perf_recipes
+    # functions, not WorkloadBaseConfig presets: the values below are read from the function
+    # bodies (src/megatron/bridge/perf_recipes/nemotronh/{gb300,gb200}/nemotronh.py and
+    # common.py `_apply_nemotron_3_ultra_perf_defaults`: flex dispatcher backend hybridep,
+    # cuda_graph_impl "none", moe_router_force_load_balancing, expert_tensor_parallel_size 1,
+    # recompute_modules ["moe_act"]). Not carried (not modelled): Megatron-FSDP (HSDP), the
+    # fine-grained activation offload of the expert MLP.
+    ("Nemotron_3_Ultra", "GB300"): ("v0.6.0", "51885cf132",
+                                    "src/megatron/bridge/perf_recipes/nemotronh/gb300/nemotronh.py",
+                                    "nemotron_3_ultra_pretrain_256gpu_gb300_fp8mx_config"),
+    ("Nemotron_3_Ultra", "GB200"): ("v0.6.0", "51885cf132",
+                                    "src/megatron/bridge/perf_recipes/nemotronh/gb200/nemotronh.py",
+                                    "nemotron_3_ultra_pretrain_256gpu_gb200_fp8mx_config"),
+}
+"""Rows whose recipe is a v0.6.0 `perf_recipes` function (read by hand; see the comment)."""
+RECIPE_FUNCTION_SETTINGS = {"etp": "1", "moe_dispatcher": "hybridep", "moe_a2a_overlap": "false",
+                            "cuda_graphs": "none", "moe_routing": "balanced",
+                            "recompute_modules": "moe_act"}
 
 
 def git_show(repo: str, tag: str, path: str) -> str | None:
@@ -165,13 +190,23 @@ def mine(repo: str) -> list[dict]:
     rows = list(csv.DictReader(open(RUNS, newline="")))
     out = []
     for row in rows:
-        if row["source_key"] != "megatron_bridge_perf" or not str(row["arch_type"]).startswith("moe"):
-            continue
         fam, prec = row_family(row["model"]), row_precision(row["precision"])
+        moe_row = str(row["arch_type"]).startswith("moe") or (
+            not row["arch_type"] and fam is not None and fam.startswith("nemotron_3"))
+        if row["source_key"] != "megatron_bridge_perf" or not moe_row:
+            continue
         if fam is None or prec is None:
             continue
         gpu = re.sub(r"[^A-Z0-9]", "", row["gpu"].upper().split()[0])
         release = str(row["source_locator"]).split(" ")[0]
+        by_hand = RECIPE_FUNCTIONS.get((row["model"], gpu))
+        if by_hand is not None:
+            tag, commit, path, name = by_hand
+            for field, value in RECIPE_FUNCTION_SETTINGS.items():
+                out.append({"row_id": row["row_id"], "field": field, "value": value,
+                            "source": f"NVIDIA-NeMo/Megatron-Bridge@{tag} ({commit}) {path} "
+                                      f"{name} (read by hand)"})
+            continue
         want = row_key(row)
         found = []
         for tag, commit, path, name, cfg in presets:

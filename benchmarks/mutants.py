@@ -48,6 +48,8 @@ CAPACITY = ("tests/test_capacity.py::test_parsers",
             "tests/test_capacity.py::test_default_mtbf_is_the_llama3_rate_and_young_daly_interval",
             "tests/test_capacity.py::test_one_row_by_hand_on_a_small_job")
 """The capacity arithmetic's fast tests (one 8-GPU plan)."""
+HYBRID = ("tests/test_hybrid.py",)
+"""The hybrid layer types' tests (hand-derived counts, FLOPs and ledgers)."""
 MOE = ("tests/test_ledger_terms.py", "tests/test_moe_time.py", "tests/test_moe_memory.py",
        "tests/test_moe_layers.py", "tests/test_time.py", "tests/test_memory.py")
 """The MoE terms' tests (docs/moe.md): hand ledger, each term's derivation, whole layers."""
@@ -133,7 +135,7 @@ MUTANTS: tuple[Mutant, ...] = (
       'sel = {k: np.where(rc == 1, kinds[k][0], 0.0) for k in kinds}',
       "selective recompute re-runs the GEMMs, not core attention"),
     # ---- time.py: communication items
-    M("tp-pairs", "cost/time.py", "_elementwise(problem, arch, t, False), 2.0 * pair, attn_bwd)",
+    M("tp-pairs", "cost/time.py", "_elementwise(problem, arch, t, False), arch.blocks * pair, attn_bwd)",
       "_elementwise(problem, arch, t, False), pair, attn_bwd)",
       "one TP pair per layer instead of two"),
     M("tp-moe-k", "cost/moe_dispatch.py", "received = etp * copies * h * 2.0",
@@ -386,6 +388,34 @@ MUTANTS: tuple[Mutant, ...] = (
       "GPU-hours of one GPU", CAPACITY),
     M("days-goodput", "capacity_model.py", "days = tokens / tps / 86400.0 * factor",
       "days = tokens / tps / 86400.0", "days without the goodput loss", CAPACITY),
+    # ---- hybrid layer types (cost/layer_types.py, cost/mamba.py, cost/linear_attention.py,
+    # cost/ssm_mixer.py, cost/layer_rules.py)
+    M("mamba-in-proj", "cost/mamba.py", "in_width=2 * d_in + 2 * G * N + H",
+      "in_width=2 * d_in + G * N + H", "in_proj with one of B, C", HYBRID),
+    M("ssd-state-terms", "cost/mamba.py", "H * (2.0 * Q * P + 4.0 * N * P + 2.0 * N * P / Q)",
+      "H * (2.0 * Q * P + 2.0 * N * P + 2.0 * N * P / Q)", "SSD without the state output", HYBRID),
+    M("delta-rule-state", "cost/linear_attention.py", "+ C * C / 3.0 + 6.0 * dk * dv)",
+      "+ C * C / 3.0 + 4.0 * dk * dv)", "delta rule without the state update", HYBRID),
+    M("scan-bwd", "cost/ssm_mixer.py", "SCAN_BWD = 2.0", "SCAN_BWD = 1.0",
+      "scan backward as cheap as the forward", HYBRID),
+    M("mixer-act-shard", "cost/ssm_mixer.py", "return 2.0 * self.in_width + 4.0 * self.out_in",
+      "return 2.0 * self.in_width + 2.0 * self.out_in", "out_proj input not stored", HYBRID),
+    M("mixer-tp-units", "cost/layer_rules.py", "bad |= (u % tp) != 0", "bad |= (u % tp) < 0",
+      "Mamba groups not checked against TP", HYBRID),
+    M("hybrid-block-pairs", "cost/layer_types.py", "single = dict(blocks=1.0,",
+      "single = dict(blocks=2.0,", "a single-block layer with two TP pairs", HYBRID),
+    M("hybrid-vp-chunks", "cost/layer_types.py", "a = np.clip((j * pp + r) * chunk, 0, L)",
+      "a = np.clip((j + r) * chunk, 0, L)", "interleaved chunks taken as contiguous", HYBRID),
+    M("hybrid-mtp-layers", "cost/layer_types.py",
+      "c[k] = c[k] + np.asarray(st.mtp, dtype=np.float64)", "c[k] = c[k] + 0.0 * np.asarray(st.mtp)",
+      "MTP modules without their attention and MoE layers", HYBRID),
+    M("hybrid-split-weights", "search/splits.py",
+      "w = np.array([per[c] for c in hy.letters], dtype=np.float64)",
+      "w = np.ones(len(hy.letters))", "pipeline split by layer count on a hybrid model", HYBRID),
+    M("hybrid-split-head", "search/splits.py", "out.append(cum[L] - cum[L - last] + w_last)",
+      "out.append(cum[L] - cum[L - last])", "weighted split without the output layer", HYBRID),
+    M("hybrid-no-vp", "cost/layer_rules.py", "| (t[\"rn\"] != -1) | (t[\"vp\"] > 1)",
+      "| (t[\"rn\"] != -1)", "virtual pipeline stages on a Mamba stack", HYBRID),
 )
 
 

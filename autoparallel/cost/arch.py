@@ -99,6 +99,14 @@ class Arch:
     act_moe_rep: float
     act_moe_shard: float
     """Shared experts' bytes per token, TP-sharded (the routed copies: `cost.moe_memory`)."""
+    # --- hybrid models (`cost.layer_types`) ---
+    blocks: float = 2.0
+    """Residual blocks per layer: 2 for a transformer layer (attention, MLP), 1 for a hybrid
+    model's single-block layer. Sets the TP collective pairs of the s b h activation per layer
+    and the linear-layer inputs a low-precision stack saves quantised (QKV and FC1 inputs)."""
+    hybrid: object | None = None
+    """`cost.layer_types.HybridArch` for a model given as a pattern of layer types; None for a
+    transformer (every figure below then comes from the fields above, unchanged)."""
 
     # ------------------------------------------------------------------ parameters
     @property
@@ -116,6 +124,8 @@ class Arch:
     @property
     def n_params(self) -> float:
         """Total parameters."""
+        if self.hybrid is not None:  # hybrid hook: summed over the layer types
+            return self.hybrid.n_params
         return (
             self.n_dense_layers * self.dense_layer_params
             + self.n_moe_layers * self.moe_layer_params
@@ -127,6 +137,8 @@ class Arch:
     @property
     def n_params_active(self) -> float:
         """Parameters touched by one token (top-k routed experts only)."""
+        if self.hybrid is not None:  # hybrid hook
+            return self.hybrid.n_params_active
         if not self.n_moe_layers:
             return self.n_params
         inactive = self.n_moe_layers * self.p_routed * (1 - self.top_k / self.n_experts)
@@ -176,6 +188,8 @@ class Arch:
         """Weights a token multiplies through in the transformer layers (active experts only,
         router excluded as in Megatron's count; reference §2.1; times `gemm_share`). Forward
         FLOPs per token = 2x this, plus 2hV for the logits."""
+        if self.hybrid is not None:  # hybrid hook
+            return self.hybrid.gemm_params_per_token
         attn = self.attn_params
         dense = self.n_dense_layers * (attn + self.p_mlp)
         per_expert = self.p_routed / self.n_experts if self.n_experts else 0.0
@@ -190,6 +204,8 @@ class Arch:
         `num_floating_point_operations` counts `mtp_num_layers`). With `n_params` the GEMM part
         is the seed's 6 N per token exactly (`gemm_share`), and the attention term is added only
         where the model says so (`attention_flops`)."""
+        if self.hybrid is not None:  # hybrid hook: attention and scans by layer type
+            return self.hybrid.model_flops_per_sequence(seq_len)
         s = float(seq_len)
         gemm = 6.0 * s * (self.gemm_params_per_token() + self.hidden * self.vocab
                           + self._mtp_gemm_params_per_token())
@@ -202,6 +218,10 @@ class Arch:
 
 def build_arch(model: ModelSpec) -> Arch:
     """Derive the `Arch` numbers of a model."""
+    if model.layers is not None:  # hybrid hook: a pattern of layer types
+        from .layer_types import build_hybrid_arch
+
+        return build_hybrid_arch(model)
     h, L = model.hidden_size, model.n_layers
     a, g = model.n_heads, model.kv_heads
     swiglu = model.gated_mlp  # SwiGLU and GeGLU have the same shapes

@@ -29,6 +29,10 @@ MEMORY_ITEMS = ("params", "grads", "optimizer", "activations", "embedding_logits
 
 def stage_params(arch: Arch, t: LayoutTable, st: Stage) -> tuple[np.ndarray, np.ndarray]:
     """(dense, expert) parameters held by one GPU of the stage after TP, PP and EP sharding."""
+    if arch.hybrid is not None:  # hybrid hook: summed over the layer types (`cost.layer_types`)
+        from .layer_types import hybrid_stage_params
+
+        return hybrid_stage_params(arch, t, st)
     tp = t["tp"].astype(np.float64)
     kv_div = np.minimum(tp, arch.n_kv_heads)  # KV heads replicate once tp > n_kv (reference §3.4)
     layers = st.n_dense + st.n_moe
@@ -97,7 +101,7 @@ def layer_activation_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bo
         stored = stored + routed_activation_bytes(problem, arch, t, low_precision=quantised)
     if quantised:
         h = arch.hidden
-        lin_rep = 4.0 * h
+        lin_rep = 2.0 * arch.blocks * h  # QKV and FC1 inputs (one of them per hybrid block)
         if moe:  # attention output projection, shared experts' FC2 inputs
             lin_shard = 2.0 * arch.p_attn_out / h + 2.0 * arch.shared_ffn
         else:
@@ -179,22 +183,30 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
     if np.any(t["oo"] > 0):  # optimizer offload: that share of the state is in host memory
         optimizer = optimizer * (1.0 - t["oo"] / 100.0)
 
-    a_dense = layer_activation_bytes(problem, arch, t, moe=False)
-    a_moe = layer_activation_bytes(problem, arch, t, moe=True)
-    if np.any(t["rn"] >= 0):  # full recompute of some layers only: the rest keep everything
+    hybrid = arch.hybrid is not None
+    if hybrid:  # hybrid hook: activations and the recompute working set by layer type
+        from .layer_types import hybrid_activations
+
+        activations, a_none = hybrid_activations(problem, arch, t, st)
+        a_dense = a_moe = None
+    else:
+        a_dense = layer_activation_bytes(problem, arch, t, moe=False)
+        a_moe = layer_activation_bytes(problem, arch, t, moe=True)
+    if not hybrid and np.any(t["rn"] >= 0):  # full recompute of some layers only: the rest keep everything
         kept = np.where(t["rc"] == 2, 1.0 - st.recomputed, 0.0)
         none = np.zeros_like(t["rc"])
         a_dense = kept * layer_activation_bytes(problem, arch, t, moe=False, recompute=none) \
             + (1.0 - kept) * a_dense
         a_moe = kept * layer_activation_bytes(problem, arch, t, moe=True, recompute=none) \
             + (1.0 - kept) * a_moe
-    if np.any(t["rn"] < -1):  # uniform groups: one layer input kept per group (`cost.offload`)
-        kept_share, group = uniform_groups(t, st.n_dense + st.n_moe)
+    if not hybrid and np.any(t["rn"] < -1):  # uniform groups: one layer input kept per group
+        kept_share, group = uniform_groups(t, st.n_dense + st.n_moe)  # (`cost.offload`)
         a_dense, a_moe = a_dense * kept_share, a_moe * kept_share
-    # the stack's measured activation factor over the fused-kernel accounting (StackSpec)
-    activations = problem.stack.activation_factor * st.inflight * (
-        st.n_dense * a_dense + st.n_moe * a_moe)
-    if np.any(t["ao"] > 0):  # activation offload: the first ao layers' saved tensors leave,
+    if not hybrid:
+        # the stack's measured activation factor over the fused-kernel accounting (StackSpec)
+        activations = problem.stack.activation_factor * st.inflight * (
+            st.n_dense * a_dense + st.n_moe * a_moe)
+    if not hybrid and np.any(t["ao"] > 0):  # activation offload: the first ao layers' saved tensors leave,
         # one offloaded layer of one micro-batch stays in transfer (`cost.offload`)
         off_d, off_m = offloaded_layers(t, st.n_dense, st.n_moe)
         in_transfer = np.where(off_m > 0, a_moe, 0.0)
@@ -223,7 +235,7 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
     two_units = np.minimum(dense + expert, 2.0 * np.maximum(layer_unit, embed_unit))
     gathered = np.where(zero == 3, 2.0 * two_units * (1.0 - 1.0 / d), 0.0)
     # Full recompute re-materialises one layer's activations during its backward (reference §3.4).
-    a_none = np.maximum(
+    a_none = a_none if hybrid else np.maximum(
         layer_activation_bytes(problem, arch, t, moe=False, recompute=np.zeros_like(t["rc"])),
         layer_activation_bytes(problem, arch, t, moe=True, recompute=np.zeros_like(t["rc"]))
         if arch.n_moe_layers else 0.0,

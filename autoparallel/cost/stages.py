@@ -47,6 +47,8 @@ class Stage:
     mtp: np.ndarray | float = 0.0
     """Multi-token-prediction modules the stage runs (the last stage: `Arch.n_mtp`), each counted
     among its layers (`n_moe` or `n_dense`) and as one more pass through the output head."""
+    counts: dict | None = None
+    """Hybrid models: layers of each type (pattern letter -> array) on the stage; None else."""
 
 
 def recomputed_share(t: LayoutTable, layers) -> np.ndarray:
@@ -111,6 +113,10 @@ def stage_layer_counts(n_layers: int, t: LayoutTable):
 
 def stages(arch: Arch, t: LayoutTable, global_batch: int) -> dict[str, Stage]:
     """First, middle and last stage of every row (identical when pp = 1)."""
+    if arch.hybrid is not None:  # hybrid hook: the pattern's layers on each stage
+        from .layer_types import hybrid_stages
+
+        return hybrid_stages(arch, t, global_batch)
     pp, vp = t["pp"].astype(np.float64), t["vp"].astype(np.float64)
     sch = t["sch"]
     m = micro_batches(global_batch, t).astype(np.float64)

@@ -108,8 +108,14 @@ def _tp_pair(problem: Problem, t: LayoutTable, grp, arch: Arch) -> np.ndarray:
     return np.where(t["sp"] == 1, ag_rs, ar)
 
 
-def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[str, dict]:
-    """Per-micro-batch seconds of each stage: fwd, bwd, recompute, tp, cp, ep, host."""
+def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups,
+                sts: dict | None = None) -> dict[str, dict]:
+    """Per-micro-batch seconds of each stage: fwd, bwd, recompute, tp, cp, ep, host. `sts`: the
+    stages to cost (default: `stages(arch, ...)`; a hybrid model passes each layer type's)."""
+    if arch.hybrid is not None:  # hybrid hook: summed over the layer types (`cost.layer_types`)
+        from .layer_types import hybrid_stage_times
+
+        return hybrid_stage_times(problem, arch, t, groups)
     prof = problem.profile
     rc = t["rc"]
     tp, cp = t["tp"].astype(np.float64), t["cp"].astype(np.float64)
@@ -120,12 +126,14 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
     zero = np.zeros(len(t))
     # each layer kind: (GEMM, core attention, elementwise, overlappable TP communication) forward,
     # and the core attention's backward
+    # TP pairs: one per residual block (`Arch.blocks`: 2 in a transformer layer, 1 in a hybrid
+    # model's single-block layer, whose MoE layer has no attention block)
     kinds = {"dense": (attn_gemm + _dense_mlp_forward(problem, arch, t), attn,
-                       _elementwise(problem, arch, t, False), 2.0 * pair, attn_bwd)}
+                       _elementwise(problem, arch, t, False), arch.blocks * pair, attn_bwd)}
     if arch.n_moe_layers:  # the MoE feed-forward block (`cost.moe_layer`, `cost.moe_dispatch`)
         ffn = moe_ffn(problem, arch, t, pair)
         kinds["moe"] = (attn_gemm + ffn.gemm, attn, _elementwise(problem, arch, t, True) + ffn.elem,
-                        pair + ffn.tp, attn_bwd)
+                        (arch.blocks - 1.0) * pair + ffn.tp, attn_bwd)
         dispatch = dispatch_time(problem, arch, t, groups)
     else:
         kinds["moe"] = kinds["dense"]
@@ -172,7 +180,7 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
                  "moe": factor * layer_activation_bytes(problem, arch, t, moe=True)}
 
     out = {}
-    for name, st in stages(arch, t, problem.training.global_batch).items():
+    for name, st in (sts or stages(arch, t, problem.training.global_batch)).items():
         parts = {}
         if offload:
             n_off = dict(zip(("dense", "moe"), offloaded_layers(t, st.n_dense, st.n_moe)))

@@ -133,10 +133,18 @@ class Exporter(ABC):
     """Whether the launcher file can offload optimizer state (`Layout.optimizer_offload`);
     `offload_reasons` adds the target's own conditions."""
 
+    trains_hybrid: ClassVar[bool] = False
+    """Whether the launcher can train a hybrid model (`ModelSpec.layers`: Mamba-2 / gated
+    DeltaNet layers); the others refuse it with the reason."""
+
     def check(self, problem: Problem, layout: Layout) -> list[str]:
         """Reasons this target cannot launch `layout` for `problem` (empty when it can)."""
         job = Job.of(problem, as_launched(problem, layout))
         reasons = common_reasons(job) + self.pipeline_reasons(job) + self.offload_reasons(job)
+        if problem.model.layers is not None and not self.trains_hybrid:
+            reasons.append(f"{self.name} cannot train a hybrid model: it builds transformer "
+                           "blocks only (no Mamba-2 or gated DeltaNet layers); use --target "
+                           "megatron (pretrain_mamba.py)")
         return reasons + [r for r in self.limits(job) if r not in reasons]
 
     def offload_reasons(self, job: Job) -> list[str]:

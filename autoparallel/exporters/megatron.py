@@ -246,9 +246,11 @@ def model_args(job: Job) -> list[list]:
             attn += ["--kv-channels", m.head_dim]
     lines.append(attn)
     arch = architecture(job)
-    kind = ["--normalization", arch.norm]
+    kind = ["--normalization", "RMSNorm" if m.layers is not None else arch.norm]
     if arch.rope_theta is not None:
         kind += ["--position-embedding-type", "rope", "--rotary-base", _number(arch.rope_theta)]
+    elif m.layers is not None:  # Nemotron-H: no position embedding (--position-embedding-type none)
+        kind += ["--position-embedding-type", "none"]
     else:
         kind += ["--position-embedding-type", "learned_absolute"]
     if not arch.bias:
@@ -263,9 +265,12 @@ def model_args(job: Job) -> list[list]:
     divisor = vocab_divisor(m.vocab_size, job.layout.tp)
     if divisor is not None:
         lines.append(["--make-vocab-size-divisible-by", divisor])
+    lines += hybrid_args(m)
     if m.moe is not None:
         moe = ["--num-experts", m.moe.n_experts, "--moe-router-topk", m.moe.top_k,
                "--moe-ffn-hidden-size", m.moe.expert_ffn_hidden_size]
+        if m.moe.latent_size:
+            moe += ["--moe-latent-size", m.moe.latent_size]
         if m.moe.n_shared_experts:
             moe += ["--moe-shared-expert-intermediate-size",
                     m.moe.shared_ffn_total]
@@ -314,10 +319,34 @@ def notes(job: Job) -> list[str]:
     ]
 
 
+HYBRID_SCRIPT = "pretrain_mamba.py"
+"""Megatron-LM's entry point for hybrid (Mamba) models (it builds `MambaModel` with
+`mamba_stack_spec`)."""
+
+
+def hybrid_args(m) -> list[list]:
+    """A hybrid model's flags (Megatron-LM `pretrain_mamba.py`; the names of Megatron-LM's
+    arguments and of the Nemotron-3 launch scripts): the pattern `--hybrid-override-pattern`,
+    `--mamba-num-heads`, `--mamba-head-dim`, `--mamba-state-dim`, `--mamba-num-groups`, the stack
+    spec, `--squared-relu` for a relu2 MLP and no position embedding without RoPE."""
+    if m.layers is None:
+        return []
+    lines = [["--hybrid-override-pattern", "".join(m.layer_letters)]]
+    if m.mamba is not None:
+        lines.append(["--mamba-num-heads", m.mamba.n_heads, "--mamba-head-dim", m.mamba.head_dim,
+                      "--mamba-state-dim", m.mamba.state_size,
+                      "--mamba-num-groups", m.mamba.n_groups])
+    lines.append(["--spec", "megatron.core.models.mamba.mamba_layer_specs", "mamba_stack_spec"])
+    if m.activation == "relu2":
+        lines.append(["--squared-relu"])
+    return lines
+
+
 def command_lines(job: Job, launcher: list[list]) -> list[str]:
-    """Launcher lines, then `pretrain_gpt.py` and every flag, as continued bash lines ending in
-    "$@" (the user's further arguments)."""
-    words = (launcher[:-1] + [launcher[-1] + [SCRIPT]] + parallel_args(job) + training_args(job)
+    """Launcher lines, then `pretrain_gpt.py` (`pretrain_mamba.py` for a hybrid model) and every
+    flag, as continued bash lines ending in "$@" (the user's further arguments)."""
+    script = SCRIPT if job.problem.model.layers is None else HYBRID_SCRIPT
+    words = (launcher[:-1] + [launcher[-1] + [script]] + parallel_args(job) + training_args(job)
              + model_args(job))
     lines = [shell_line(words[0])] + ["  " + shell_line(w) for w in words[1:]] + ['  "$@"']
     return [line + " \\" for line in lines[:-1]] + [lines[-1]]
@@ -336,6 +365,16 @@ def torchrun_words(job: Job) -> list[list]:
 def megatron_limits(job: Job) -> list[str]:
     """What Megatron-LM cannot run among layouts that pass autoparallel's hard rules."""
     lay, reasons = job.layout, []
+    m = job.problem.model
+    if m.layers is not None and "G" in m.layer_letters:
+        reasons.append("Megatron-LM 0.16's hybrid pattern has no gated DeltaNet letter (M, *, -, "
+                       "E only); Qwen3-Next trains through Megatron-Bridge's GPT model")
+    if m.layers is not None and lay.stage_layers and len(set(lay.stage_layers[1:-1])) > 1:
+        # MambaStack reads only the first and last stage's counts and shares the rest evenly
+        # (Megatron-Core 0.16.1 ssm/mamba_block.py `_select_layers_for_pipeline_parallel`)
+        reasons.append("middle pipeline stages of unequal size on a hybrid pattern: "
+                       "pretrain_mamba.py takes the first and last stage's layers "
+                       "(--decoder-first/last-pipeline-num-layers) and shares the rest evenly")
     if lay.zero in SHARDING and lay.vp > 1:
         reasons.append(
             f"ZeRO-{lay.zero} maps to Megatron-FSDP, which does not take several model chunks "
@@ -377,6 +416,7 @@ class MegatronExporter(Exporter):
     """Megatron-LM `pretrain_gpt.py` under torchrun, one script run on every node."""
 
     name = "megatron"
+    trains_hybrid = True
     suffix = ".sh"
     uneven_splits = True
     partial_recompute = True

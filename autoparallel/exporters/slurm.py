@@ -48,6 +48,7 @@ class SlurmExporter(Exporter):
     """sbatch script: N nodes x 1 task, srun torchrun ... pretrain_gpt.py."""
 
     name = "slurm"
+    trains_hybrid = True  # runs the Megatron-LM script (pretrain_mamba.py for a hybrid)
     suffix = ".sh"
     uneven_splits = True
     partial_recompute = True

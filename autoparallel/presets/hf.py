@@ -276,6 +276,11 @@ def hf_config_to_model_dict(cfg: dict, default_name: str | None, source: str) ->
             "v_head_dim": r.count("v_head_dim", required=True, fix=fix),
         }
         out["head_dim"] = out["mla"]["v_head_dim"]
+    from .hf_hybrid import hybrid_keys  # hybrid hook: Nemotron-H / Qwen3-Next patterns
+
+    out |= hybrid_keys(r, family, out)
+    if out.get("moe", 0) is None:
+        out.pop("moe")
     _warn_ignored(r, left_out)
     return out
 

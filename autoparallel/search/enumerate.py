@@ -29,7 +29,7 @@ from ..limits import MAX_LAYOUTS
 from ..specs.layout import RECOMPUTE_CODES, SCHEDULE_CODES, Schedule, modules_mask
 from ..specs.problem import Problem
 from .space import SearchSpace
-from .splits import balanced_splits, output_weight
+from .splits import balanced_splits, layer_weights, output_weight
 
 _SCHEDULE_VP = np.array([1, 0, 1, 2, 1, 2])
 """Chunks per rank each schedule code runs (0: any vp > 1)."""
@@ -421,7 +421,9 @@ def _with_splits(cols: dict[str, np.ndarray], problem: Problem, space: SearchSpa
     divides the layers, and the balanced uneven ones (`balanced_splits`); one Python step per
     distinct (pp, vp) pair, never per row."""
     L = problem.model.n_layers
-    w_last = output_weight(build_arch(problem.model), problem.training.seq_len)
+    arch = build_arch(problem.model)
+    w_last = output_weight(arch, problem.training.seq_len)
+    weights = layer_weights(arch, problem.training.seq_len)  # hybrid models: by layer type
     key = cols["pp"] * 1024 + cols["vp"]
     pairs, inverse = np.unique(key, return_inverse=True)
     options: list[list[tuple[int, int]]] = []
@@ -432,7 +434,7 @@ def _with_splits(cols: dict[str, np.ndarray], problem: Problem, space: SearchSpa
             options.append(pinned)
             continue
         even_ok = L % (pp * vp) == 0
-        found = balanced_splits(L, pp, vp, w_last, k=1) if space.uneven else []
+        found = balanced_splits(L, pp, vp, w_last, k=1, weights=weights) if space.uneven else []
         opts = ([(0, 0)] if even_ok or (vp == 1 and not found) else []) + found
         options.append(opts)
     counts = np.array([len(o) for o in options], dtype=np.int64)[inverse]

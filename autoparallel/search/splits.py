@@ -21,6 +21,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..cost.arch import Arch, build_arch
 from ..specs.layout import stage_layers_slug
 
@@ -29,18 +31,40 @@ if TYPE_CHECKING:
     from ..specs.problem import Problem
 
 
+def layer_weights(arch: Arch, seq_len: int) -> tuple[float, ...] | None:
+    """A hybrid model's layers in pattern order, each weighing its forward FLOPs per token over
+    the mean layer's (`cost.layer_types.HybridArch.layer_flops`: a Mamba layer its projections
+    and scan, an attention layer its projections and s n_h (d_qk + d_v), an MoE layer its router
+    -free top-k experts, shared experts and latent projections); None for a transformer, whose
+    layers weigh the same."""
+    hy = arch.hybrid
+    if hy is None:
+        return None
+    per = {k: hy.layer_flops(k, seq_len) for k in set(hy.letters)}
+    w = np.array([per[c] for c in hy.letters], dtype=np.float64)
+    return tuple(float(x) for x in w / w.mean())
+
+
 def output_weight(arch: Arch, seq_len: int) -> float:
     """Forward FLOPs of the output layer per token in units of one transformer layer's:
     2 h V / (2 x GEMM weights per layer + s n_h (d_qk + d_v)) (reference §2.1 FLOP convention,
     causal attention), plus, per multi-token-prediction module, one layer and one more output
-    pass. The embedding lookup has no FLOPs and weighs 0."""
+    pass. The embedding lookup has no FLOPs and weighs 0. A hybrid model's unit is its mean
+    layer (`layer_weights`), and an MTP module weighs its own layers (attention + MoE / MLP)."""
+    hy = arch.hybrid
+    if hy is not None:
+        per = {k: hy.layer_flops(k, seq_len) for k in set(hy.letters) | set(hy.mtp_letters)}
+        mean = sum(per[c] for c in hy.letters) / len(hy.letters)
+        head = 2.0 * arch.hidden * arch.vocab / mean
+        return head * (1 + hy.n_mtp) + hy.n_mtp * sum(per[k] for k in hy.mtp_letters) / mean
     per_layer = 2.0 * arch.gemm_params_per_token() / arch.n_layers + seq_len * arch.attn_score_width
     head = 2.0 * arch.hidden * arch.vocab / per_layer
     # multi-token prediction on the last stage: per module a block (~ one layer) and a head pass
     return head * (1 + arch.n_mtp) + arch.n_mtp
 
 
-def balanced_splits(n_layers: int, pp: int, vp: int, w_last: float, k: int = 2) -> list[tuple[int, int]]:
+def balanced_splits(n_layers: int, pp: int, vp: int, w_last: float, k: int = 2,
+                    weights: tuple[float, ...] | None = None) -> list[tuple[int, int]]:
     """Up to `k` (first, last) layer counts of the splits whose most loaded stage is lightest
     (load = layers, + `w_last` on the last stage), uneven ones only (the even split is the
     `(0, 0)` row the enumerator keeps anyway); where an even split exists, only splits lighter
@@ -55,8 +79,56 @@ def balanced_splits(n_layers: int, pp: int, vp: int, w_last: float, k: int = 2) 
     Example: Llama-3.1-405B (126 layers) on pp 16: [(7, 7), (6, 8)] -> `pp16[7,8x14,7]` first,
     also with vp 2, 4 or 8 (Megatron-Bridge's 405B recipes: 128 / 16 = 8 per rank with the
     embedding and the loss counted as a layer each).
+
+    `weights` (a hybrid model's `layer_weights`, vp = 1): a stage's load is the sum of its
+    layers' weights in pattern order instead of their count, every stage's (the middle ones
+    differ by what they hold), every first-stage count tried.
     """
+    if weights is not None and int(vp) == 1:
+        return list(_balanced_weighted(int(pp), float(w_last), int(k), tuple(weights)))
     return list(_balanced(int(n_layers), int(pp), int(vp), float(w_last), int(k)))
+
+
+@lru_cache(maxsize=256)
+def _balanced_weighted(pp: int, w_last: float, k: int, weights: tuple[float, ...]
+                       ) -> tuple[tuple[int, int], ...]:
+    if pp < 2:
+        return ()
+    L = len(weights)
+    cum = np.concatenate([[0.0], np.cumsum(weights)])
+
+    def loads(first: int, mid: int, last: int) -> list[float]:
+        out = [cum[first]]
+        for j in range(pp - 2):
+            out.append(cum[first + (j + 1) * mid] - cum[first + j * mid])
+        out.append(cum[L] - cum[L - last] + w_last)
+        return out
+
+    found = []
+    mids = [0] if pp == 2 else range(1, L // (pp - 2) + 1)
+    for mid in mids:
+        rest = L - (pp - 2) * mid
+        for first in range(1, rest):
+            last = rest - first
+            if mid and first == mid == last or not mid and first == last:
+                continue  # the even split
+            ld = loads(first, mid, last)
+            found.append(((round(max(ld), 9), round(sum(x * x for x in ld), 6), first),
+                          (first, last)))
+    ideal = (cum[L] + w_last) / pp
+    found = [f for f in found if f[0][0] <= max(ideal + 1.0, 1.1 * ideal) + 1e-9]
+    if L % pp == 0:  # an even split exists: only splits that beat it
+        per = L // pp
+        even = max(loads(per, per, per))
+        found = [f for f in found if f[0][0] < round(even, 9)]
+    found.sort()
+    out: list[tuple[int, int]] = []
+    for _, split in found:
+        if split not in out:
+            out.append(split)
+        if len(out) == k:
+            break
+    return tuple(out)
 
 
 @lru_cache(maxsize=4096)
@@ -122,7 +194,8 @@ def default_split(arch: Arch, seq_len: int, pp: int, vp: int) -> list[int] | Non
     L = arch.n_layers
     if pp < 2 or L % (pp * vp) == 0:
         return None
-    found = balanced_splits(L, pp, vp, output_weight(arch, seq_len), k=1)
+    found = balanced_splits(L, pp, vp, output_weight(arch, seq_len), k=1,
+                            weights=layer_weights(arch, seq_len))
     return spelled_out(L, pp, *found[0]) if found else None
 
 
@@ -156,7 +229,8 @@ def split_kind(arch: Arch, seq_len: int, pp: int, vp: int, stage_layers: list) -
     if pp < 2 or len(set(stage_layers)) == 1:
         return "even"
     L = arch.n_layers
-    found = balanced_splits(L, pp, vp, output_weight(arch, seq_len), k=1)
+    found = balanced_splits(L, pp, vp, output_weight(arch, seq_len), k=1,
+                            weights=layer_weights(arch, seq_len))
     if found and [int(x) for x in stage_layers] == spelled_out(L, pp, *found[0]):
         return "balanced"
     return "custom"

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from ._base import Spec
+from .layer_pattern import GatedDeltaNetSpec, LayerPatternError, MambaSpec, expand_repeats, parse_pattern
 
 
 class MoESpec(Spec):
@@ -26,6 +27,9 @@ class MoESpec(Spec):
     one shared expert of `shared_expert_intermediate_size`); defaults to `expert_ffn_hidden_size`."""
     n_dense_layers: NonNegativeInt = 0
     """Leading layers that keep a dense MLP of `ffn_hidden_size` (DeepSeek `first_k_dense_replace`)."""
+    latent_size: PositiveInt | None = None
+    """LatentMoE (Nemotron-3 Super; Megatron `--moe-latent-size`, HF `moe_latent_size`): the routed
+    experts run in this width, between a h -> latent and a latent -> h projection; None: on h."""
     layer_step: PositiveInt = 1
     """Every `layer_step`-th layer after the leading dense ones is MoE, the others dense
     (Llama-4 `interleave_moe_layer_step` 2 for Maverick; Megatron `--moe-layer-freq`); 1 = all."""
@@ -97,9 +101,10 @@ class ModelSpec(Spec):
     """Dense MLP hidden size f (for MoE models: the width of the leading dense layers)."""
     vocab_size: PositiveInt
     """Vocabulary size V (padded as trained)."""
-    activation: Literal["swiglu", "geglu", "gelu"] = "swiglu"
+    activation: Literal["swiglu", "geglu", "gelu", "relu2"] = "swiglu"
     """MLP type: gated SwiGLU or GeGLU (three h x f matrices; Gemma's gated tanh-GeLU) or plain
-    GeLU (two). The cost model treats both gated kinds alike."""
+    GeLU or squared ReLU (two; Nemotron-H `mlp_hidden_act = relu2`, Megatron `--squared-relu`).
+    The cost model treats both gated kinds alike, and both two-matrix kinds alike."""
     dropout: bool = False
     """Whether dropout is applied (each dropout mask stores 1 byte per element)."""
     tied_embeddings: bool = False
@@ -127,6 +132,16 @@ class ModelSpec(Spec):
     """Mixture-of-experts table; absent for a dense model."""
     mla: MLASpec | None = None
     """Multi-head latent attention table; absent for standard (GQA/MHA) attention."""
+    # --- hybrid models (`specs.layer_pattern`, `cost.layer_types`) ---
+    layers: str | None = None
+    """Hybrid models: the layer types in order, one letter per layer in Megatron's hybrid
+    notation: `M` Mamba-2, `*` attention, `-` MLP, `E` MoE, `G` gated DeltaNet (`|` between
+    pipeline stages is ignored; `(ME)x4` repeats). `n_layers` is the letter count. None: every
+    layer is attention + MLP (or MoE), the transformer this model describes otherwise."""
+    mamba: MambaSpec | None = None
+    """Mamba-2 mixer table (required when `layers` has `M`)."""
+    linear_attention: GatedDeltaNetSpec | None = None
+    """Gated DeltaNet table (required when `layers` has `G`)."""
     mtp_layers: NonNegativeInt = 0
     """Multi-token-prediction modules (DeepSeek-V3 `num_nextn_predict_layers` 1; Megatron
     `--mtp-num-layers`): each one more transformer block of the model's last kind, a 2h -> h
@@ -137,6 +152,14 @@ class ModelSpec(Spec):
     def _defaults(cls, data):
         if isinstance(data, dict) and data.get("n_kv_heads") is None and "n_heads" in data:
             data = {**data, "n_kv_heads": data["n_heads"]}
+        if isinstance(data, dict) and isinstance(data.get("layers"), str):
+            # hybrid: the pattern spelled out; n_layers defaults to its letter count
+            data = {**data, "layers": expand_repeats(data["layers"])}
+            if data.get("n_layers") is None:
+                try:
+                    data["n_layers"] = len(parse_pattern(data["layers"]))
+                except LayerPatternError:
+                    pass  # reported by `_check_layers`
         return data
 
     @model_validator(mode="after")
@@ -166,12 +189,40 @@ class ModelSpec(Spec):
             raise ValueError(
                 f"`n_sliding_layers` ({self.n_sliding_layers}) exceeds `n_layers` ({self.n_layers})"
             )
+        if self.layers is not None:
+            self._check_layers()
         if self.moe is not None and self.moe.n_dense_layers > self.n_layers:
             raise ValueError(
                 f"`moe.n_dense_layers` ({self.moe.n_dense_layers}) exceeds `n_layers` "
                 f"({self.n_layers})"
             )
         return self
+
+    def _check_layers(self) -> None:
+        """A hybrid pattern: known letters, as many as `n_layers`, each type's table given."""
+        letters = parse_pattern(self.layers)
+        if len(letters) != self.n_layers:
+            raise ValueError(f"`layers` has {len(letters)} layers but `n_layers` is "
+                             f"{self.n_layers}; drop `n_layers` or make them agree")
+        need = {"M": ("mamba", self.mamba), "G": ("linear_attention", self.linear_attention),
+                "E": ("moe", self.moe)}
+        for letter, (table, value) in need.items():
+            if letter in letters and value is None:
+                raise ValueError(f"`layers` has {letter!r} layers but no `[{table}]` table; "
+                                 f"add it (`autoparallel schema model`)")
+        if self.n_params is not None:
+            raise ValueError("`n_params` cannot be combined with `layers`: a hybrid model's "
+                             "layers differ, so its count comes from the architecture")
+        if self.moe is not None and self.moe.n_dense_layers:
+            raise ValueError("`moe.n_dense_layers` is not used with `layers`: write the dense "
+                             "layers as `-` letters in the pattern")
+        if self.mla is not None:
+            raise ValueError("`mla` is not modelled in a hybrid `layers` pattern")
+
+    @property
+    def layer_letters(self) -> str | None:
+        """The hybrid pattern's letters (None for a transformer without `layers`)."""
+        return None if self.layers is None else parse_pattern(self.layers)
 
     @property
     def kv_heads(self) -> int:
@@ -181,7 +232,7 @@ class ModelSpec(Spec):
     @property
     def gated_mlp(self) -> bool:
         """True for the three-matrix gated MLPs (SwiGLU, GeGLU)."""
-        return self.activation != "gelu"
+        return self.activation not in ("gelu", "relu2")
 
     @property
     def sliding_layers(self) -> int:

@@ -31,6 +31,7 @@ CudaGraphs = Literal["none", "scoped", "full"]
 
 STACK_KNOBS = ("gemm_efficiency", "fp8_gemm_efficiency", "fp4_gemm_efficiency",
                "attention_efficiency", "cudnn_attention_efficiency", "elementwise_factor",
+               "scan_efficiency",
                "step_overhead_ms", "dp_overlap", "ep_overlap", "memory_overhead_gib",
                "moe_host_overhead_us", "grouped_gemm_expert_us", "moe_dropless_imbalance")
 """Profile knobs a stack may set: the software's own efficiencies and overheads. Hardware knobs

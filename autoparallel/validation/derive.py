@@ -259,19 +259,25 @@ def _recompute(row, assumptions: list[str]) -> str | None:
     return None
 
 
-def moe_settings(row, assumptions: list[str]) -> tuple[dict, dict, list[str] | None]:
+def moe_settings(row, assumptions: list[str], is_moe: bool = False
+                 ) -> tuple[dict, dict, list[str] | None]:
     """(job settings, layout fields, recompute modules) of an MoE run: what the settings side
     table mined from the source's launch configs says (`runs.SETTINGS_FILE`, columns
     `setting_*`), else what the row's words say: forced balancing ("force-balance", "fake
     balanced ... gate") is `balanced` routing, a "tokendrop" run `capacity` routing at factor 1
     (the token-drop benchmarks' setting [assumed]; only a model marked "(tokendrop)": the
     footnote "token-dropless unless marked tokendrop" is not a mark), "DeepEP" in the framework the deepep
-    dispatcher. Every value used is counted as an assumption."""
+    dispatcher. A row whose `arch_type` is blank counts as MoE when its model has MoE layers
+    (`is_moe`, which the caller sets for the hybrid presets' rows). Every value used is
+    counted as an assumption."""
     job: dict = {}
     lay: dict = {}
     mods = None
     text = f"{row.get('notes') or ''} {row.get('framework') or ''} {row.get('model') or ''}".lower()
-    if not str(row.get("arch_type") or "").lower().startswith("moe"):
+    arch_type = str(row.get("arch_type") or "").strip().lower()
+    if arch_type in ("nan",):
+        arch_type = ""
+    if not (arch_type.startswith("moe") or (not arch_type and is_moe)):
         return job, lay, mods
     got = {f: str(row.get(f"setting_{f}") or "").strip() for f in
            ("etp", "moe_dispatcher", "moe_a2a_overlap", "cuda_graphs", "moe_routing",

@@ -79,6 +79,31 @@ def _mla_from_preset(row) -> tuple[dict, dict, int] | None:
     return None
 
 
+HYBRID_NAMES = (
+    (re.compile(r"nemotron[_ -]?(v?3)[_ -]?nano|nemotron v3 nano", re.I), "nemotron-3-nano"),
+    (re.compile(r"nemotron[_ -]?(v?3)[_ -]?super|nemotron v3 super", re.I), "nemotron-3-super"),
+    (re.compile(r"nemotron[_ -]?(v?3)[_ -]?ultra|nemotron v3 ultra", re.I), "nemotron-3-ultra"),
+    (re.compile(r"nemotron-h[_ -]?8b", re.I), "nemotron-h-8b"),
+    (re.compile(r"nemotron-h[_ -]?56b", re.I), "nemotron-h-56b"),
+    (re.compile(r"qwen3[_ -]?next[_ -]?80b", re.I), "qwen3-next-80b-a3b"),
+)
+"""Hybrid models the measured-run table names without architecture columns (the table has no
+pattern column): the packaged preset of the same model (its sources in the preset file)."""
+UNPUBLISHED_HYBRIDS = re.compile(r"nemotron[_ -]?(v?3)[_ -]?5[_ -]?lightning", re.I)
+
+
+def hybrid_from_name(name: str) -> tuple[ModelSpec, list[str]] | None:
+    """(`ModelSpec`, assumptions) of a hybrid model named by a row, from its preset; None when
+    the name is not a known hybrid. Raises `RowSkip` for a hybrid whose architecture the project
+    has no source for (Nemotron-3.5 Lightning)."""
+    if UNPUBLISHED_HYBRIDS.search(name):
+        raise RowSkip("hybrid architecture not in the presets (no published layer pattern)")
+    for pattern, preset in HYBRID_NAMES:
+        if pattern.search(name):
+            return load_model(preset), [f"hybrid architecture from the `{preset}` preset"]
+    return None
+
+
 PRESET_BY_NAME = ((r"\bkimi[ _-]?k2\b", "kimi-k2"),)
 """Rows that name a model with a published config but print no architecture: the preset built
 from that config (presets/models/*.toml, each with its Hugging Face source)."""
@@ -86,6 +111,9 @@ from that config (presets/models/*.toml, each with its Hugging Face source)."""
 
 def model_from_row(row) -> tuple[ModelSpec, list[str]]:
     """(`ModelSpec`, assumptions) for one row; raises `RowSkip` when the columns are incomplete."""
+    hybrid = hybrid_from_name(str(row.get("model") or ""))
+    if hybrid is not None:  # hybrid models: the table has no pattern column
+        return hybrid
     need = {c: _int(row, c) for c in ("layers", "hidden", "heads", "vocab")}
     missing = [c for c, v in need.items() if not v]
     name = str(row.get("model") or "")

@@ -172,7 +172,9 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
                                f"({gpu} preset {preset:g})")
     zero = _zero(row, assumptions)
     lay = _layout(row, n_gpus, gbs, zero, assumptions)
-    moe_job, moe_lay, moe_modules = moe_settings(row, assumptions)
+    # a blank arch_type counts as MoE for the hybrid presets only (their rows print no type)
+    moe_job, moe_lay, moe_modules = moe_settings(
+        row, assumptions, is_moe=model.moe is not None and model.layers is not None)
     job |= moe_job
     lay |= moe_lay
     if model.moe is not None and "etp" not in lay and lay["tp"] > 1 and \
