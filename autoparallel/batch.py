@@ -26,7 +26,11 @@ PROBLEM_COLUMNS = INPUT_COLUMNS[:6]
 JOB_COLUMNS = JOB_FIELDS
 """Optional columns: every job setting (`JobSpec`); a blank cell takes the stack's default."""
 _OPTIONAL_DEFAULTS = {"gpus_per_node": 8, "dp": None, "vp": 1, "cp": 1, "ep": 1, "zero": 1,
-                      "recompute": "none", "sp": None, "micro_batch": 1}
+                      "recompute": "none", "sp": None, "micro_batch": 1, "cp_comm": None,
+                      "cp_a2a": None}
+LAYOUT_OPTIONAL = ("cp_comm", "cp_a2a")
+"""Optional layout columns: the context-parallel form (ring when blank) and the hierarchical
+form's all-to-all group."""
 _TRUE, _FALSE = {"1", "true", "yes", "on", "t", "y"}, {"0", "false", "no", "off", "f", "n"}
 
 
@@ -116,7 +120,7 @@ def read_layouts_csv(path: str | Path) -> pd.DataFrame:
             f"{', '.join(INPUT_COLUMNS)}"
         )
     for col in _OPTIONAL_DEFAULTS:
-        if col not in frame.columns:
+        if col not in frame.columns and col not in LAYOUT_OPTIONAL:
             frame[col] = ""
     return frame
 
@@ -138,6 +142,8 @@ def score_frame(frame: pd.DataFrame, profile: str | None = None) -> pd.DataFrame
                 dp=_int(row, "dp"), tp=_int(row, "tp"), pp=_int(row, "pp"), vp=_int(row, "vp"),
                 cp=_int(row, "cp"), ep=_int(row, "ep"), zero=zero, recompute=rc,
                 sp=_bool(row, "sp"), micro_batch=_int(row, "micro_batch"),
+                cp_comm=_text(row, "cp_comm") if "cp_comm" in row.index else None,
+                cp_a2a=_int(row, "cp_a2a") if "cp_a2a" in row.index else None,
             )
             parsed.append((key, layout))
         except (AutoParallelError, ValueError) as exc:

@@ -12,7 +12,7 @@ from .specs import GPUSpec, Layout, ModelSpec, Profile
 from .specs.job import JobSpec
 from .specs.stack import StackSpec
 
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 """Version of the output schemas (`estimate`, `plan`, `capacity`). Version 2: field descriptions
 with units and a typed `problem` object in the plan output. Version 3: the job settings
 (`JobSpec`: stack, precision, dtypes, overlaps, overrides) in the estimate's `job` object and
@@ -26,7 +26,9 @@ Version 4: `layout.recompute_group` (uniform recompute groups), `layout.recomput
 (named-module selective recompute), `layout.offload_layers` (activation offload),
 `layout.optimizer_offload` (optimizer-state offload) and `time_s.offload`. Version 5:
 `time_s.pp_comm` also holds the tied-embedding gradient all-reduce between the first and last
-pipeline stage.
+pipeline stage. Version 6: `layout.cp_comm` (the context-parallel form: ring, a2a, allgather,
+a2a+ring; null when cp = 1) and `layout.cp_a2a` (the hierarchical form's all-to-all group);
+`time_s.cp_comm` and `memory_gib.overhead` cost the layout's form.
 `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 
@@ -48,6 +50,14 @@ class LayoutOut(_Out):
     """Virtual pipeline stages (model chunks) per pipeline rank."""
     cp: int
     """Context-parallel degree."""
+    cp_comm: Literal["ring", "a2a", "allgather", "a2a+ring"] | None
+    """With cp > 1, how the CP ranks exchange what attention needs: ring (K, V passed around,
+    Megatron-Core `--cp-comm-type p2p`), a2a (DeepSpeed-Ulysses all-to-alls over the heads),
+    allgather (K, V of the whole sequence gathered), a2a+ring (hierarchical: a2a inside groups
+    of `cp_a2a`, ring across); null when cp = 1."""
+    cp_a2a: int | None
+    """With cp_comm a2a+ring: ranks per all-to-all group (Megatron-Core
+    `--hierarchical-context-parallel-sizes cp_a2a cp/cp_a2a`); null otherwise."""
     ep: int
     """Expert-parallel degree (carved out of dp x cp)."""
     zero: int

@@ -18,15 +18,15 @@ P70 = ["--model", "llama3-70b", "--gpu", "h100", "--gpus", "64", "--seq-len", "8
        "--global-batch", "512"]
 
 # The frozen sweep/plan CSV schema (version 2: + the job settings; 4: + model_code, torch_compile,
-# autocast, layout (the full slug), time_offload_s). Changing it breaks users'
-# notebooks: add a column only with a schema version bump and a note in the README.
+# autocast, layout (the full slug), time_offload_s; 5: + cp_comm, cp_a2a). Changing it breaks
+# users' notebooks: add a column only with a schema version bump and a note in the README.
 FROZEN_SWEEP_COLUMNS = [
     "model", "gpu", "n_gpus", "gpus_per_node", "seq_len", "global_batch",
     "stack", "precision", "grad_dtype", "grad_reduce_dtype", "optimizer_dtype", "attention", "model_code", "torch_compile", "autocast", "tp_comm_overlap",
     "usable_fraction", "intra_gbps", "inter_gbps", "intra_latency_us", "inter_latency_us",
     "profile",
-    "dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch", "grad_accum",
-    "layout",
+    "dp", "tp", "pp", "vp", "cp", "cp_comm", "cp_a2a", "ep", "zero", "recompute", "sp",
+    "micro_batch", "grad_accum", "layout",
     "rank",
     "mem_params_gib", "mem_grads_gib", "mem_optimizer_gib", "mem_model_states_gib",
     "mem_activations_gib", "mem_embedding_logits_gib", "mem_overhead_gib", "mem_total_gib",

@@ -49,7 +49,13 @@ def test_rank_exports_the_planned_layout():
     ds = plan(problem, top=2, target="deepspeed")
     assert len(ds.ranked) == 2 and check("deepspeed", problem, plan(problem, top=1).ranked.table.row(0))
     hf = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512, stack="deepspeed")
-    assert len(plan(hf, top=2, target="deepspeed").ranked) == 1
+    from autoparallel.search.space import SearchSpace
+
+    assert len(plan(hf, top=2, target="deepspeed", space=SearchSpace(cp=[1])).ranked) == 1
+    # with DeepSpeed-Ulysses (cp > 1, form a2a) micro-batch 2 over cp 2 holds the same tokens
+    # per GPU, so the Ulysses rows fit too
+    ulysses = plan(hf, top=2, target="deepspeed").ranked
+    assert len(ulysses) == 2 and ulysses.table.row(1).cp_form.value == "a2a"
     r = run_cli("export", "--target", "deepspeed", *PROBLEM, "--model-code", "fused", "--rank", "2")
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from ..errors import SpecError
 from ..evaluate import estimate
-from ..specs.layout import Layout, Recompute
+from ..specs.layout import CpComm, Layout, Recompute
 from . import app
 from .outputs import check_output
 from .options import Fmt, ProblemOptions, with_problem_options
@@ -26,6 +26,8 @@ def estimate_command(
     pp: Annotated[int, typer.Option(help="Pipeline-parallel degree.")] = 1,
     vp: Annotated[int, typer.Option(help="Virtual stages per pipeline rank (interleaving).")] = 1,
     cp: Annotated[int, typer.Option(help="Context-parallel degree.")] = 1,
+    cp_comm: Annotated[Optional[CpComm], typer.Option(help="Context-parallel form with cp > 1: ring (K, V around a ring; Megatron --cp-comm-type p2p), a2a (Ulysses), allgather, a2a+ring (hierarchical, with --cp-a2a) [ring].", show_default=False)] = None,
+    cp_a2a: Annotated[Optional[int], typer.Option(help="With --cp-comm a2a+ring: ranks per all-to-all group, a divisor of cp (the ring spans cp / cp-a2a).", show_default=False)] = None,
     ep: Annotated[int, typer.Option(help="Expert-parallel degree.")] = 1,
     zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (1 = distributed optimizer).")] = 1,
     recompute: Annotated[Recompute, typer.Option(help="Activation recomputation.")] = Recompute.NONE,
@@ -64,7 +66,8 @@ def estimate_command(
     try:
         from ..specs.layout import parse_stage_layers
 
-        layout = Layout(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, recompute=recompute,
+        layout = Layout(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, cp_comm=cp_comm, cp_a2a=cp_a2a,
+                        ep=ep, zero=zero, recompute=recompute,
                         sp=sp, micro_batch=micro_batch, schedule=schedule,
                         recompute_layers=recompute_num_layers, recompute_group=recompute_group,
                         recompute_modules=recompute_modules.split(",") if recompute_modules else None,

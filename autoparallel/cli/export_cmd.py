@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import ExportError, InfeasibleError, SpecError
-from ..specs.layout import Layout, Recompute
+from ..specs.layout import CpComm, Layout, Recompute
 from . import app
 from .options import ProblemOptions, with_problem_options
 
@@ -85,6 +85,8 @@ def export_command(
     pp: Annotated[Optional[int], typer.Option(help="Pipeline-parallel degree [1].", show_default=False)] = None,
     vp: Annotated[Optional[int], typer.Option(help="Virtual stages per pipeline rank [1].", show_default=False)] = None,
     cp: Annotated[Optional[int], typer.Option(help="Context-parallel degree [1].", show_default=False)] = None,
+    cp_comm: Annotated[Optional[CpComm], typer.Option(help="Context-parallel form with cp > 1: ring, a2a, allgather, a2a+ring [ring].", show_default=False)] = None,
+    cp_a2a: Annotated[Optional[int], typer.Option(help="With --cp-comm a2a+ring: ranks per all-to-all group.", show_default=False)] = None,
     ep: Annotated[Optional[int], typer.Option(help="Expert-parallel degree [1].", show_default=False)] = None,
     zero: Annotated[Optional[int], typer.Option(help="ZeRO stage 0-3 [1].", show_default=False)] = None,
     recompute: Annotated[Optional[Recompute], typer.Option(help="Activation recomputation [none].", show_default=False)] = None,
@@ -112,7 +114,8 @@ def export_command(
         raise SpecError(f"missing --target: choose one of {', '.join(EXPORTERS)}")
     sbatch = {"time": time, "partition": partition, "account": account, "qos": qos}
     exporter = get_exporter(target, target_version, **sbatch)
-    flags = {"dp": dp, "tp": tp, "pp": pp, "vp": vp, "cp": cp, "ep": ep, "zero": zero,
+    flags = {"dp": dp, "tp": tp, "pp": pp, "vp": vp, "cp": cp, "cp_comm": cp_comm,
+             "cp_a2a": cp_a2a, "ep": ep, "zero": zero,
              "recompute": recompute, "sp": sp, "micro_batch": micro_batch,
              "stage_layers": stage_layers, "schedule": schedule,
              "recompute_layers": recompute_num_layers, "recompute_group": recompute_group,

@@ -145,6 +145,8 @@ class SearchOptions:
     pp: AxisOpt = None
     vp: AxisOpt = None
     cp: AxisOpt = None
+    cp_comm: Annotated[Optional[str], typer.Option(help="Context-parallel forms to try with cp > 1, comma-separated: ring,a2a,allgather,a2a+ring (default: the ones the stack implements).", show_default=False)] = None
+    cp_a2a: Annotated[Optional[str], typer.Option(help="All-to-all group sizes of the a2a+ring form to try, e.g. 2,4,8 (default: every divisor of cp).", show_default=False)] = None
     ep: AxisOpt = None
     zero: AxisOpt = None
     recompute: Annotated[Optional[str], typer.Option(help="Comma-separated: none,selective,full.", show_default=False)] = None
@@ -190,8 +192,17 @@ class SearchOptions:
         from ..search.space import parse_int_list
         from ..specs.layout import RecomputeModule
 
+        from ..specs.layout import CpComm
+
         out: dict = {"recompute_group": parse_int_list(self.recompute_group, "--recompute-group"),
-                     "offload_layers": parse_int_list(self.offload_layers, "--offload-layers")}
+                     "offload_layers": parse_int_list(self.offload_layers, "--offload-layers"),
+                     "cp_a2a": parse_int_list(self.cp_a2a, "--cp-a2a")}
+        if self.cp_comm is not None:
+            names = [x.strip() for x in self.cp_comm.split(",") if x.strip()]
+            known = [f.value for f in CpComm]
+            if not names or any(x not in known for x in names):
+                raise SpecError(f"`--cp-comm` = {self.cp_comm!r}: choose from {', '.join(known)}")
+            out["cp_comm"] = names
         out |= block_recompute_fields(self.recompute_num_layers)
         if self.recompute_modules is not None:
             names = [x.strip() for x in self.recompute_modules.split(",") if x.strip()]

@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 
 from ..errors import InfeasibleError, SpecError
-from ..search.explain import largest_costs, nothing_fits_message, versus, why_first
+from ..search.explain import (cp_forms_line, largest_costs, nothing_fits_message, versus,
+                              why_first)
 from ..search.plan import plan
 from ..search.robust import RANK_BY, why_recommended
 from . import app
@@ -51,6 +52,9 @@ def print_plan(result, console: Console, vs=None) -> None:
         console.print(f"[dim]bands: {band['note']} ({', '.join(band['step_sources']) or 'none'}); "
                       "docs/validation.md#error-bands[/dim]")
     console.print(f"#1 largest costs: {largest_costs(result.ranked, 0)}")
+    forms = cp_forms_line(result)
+    if forms:
+        console.print(forms)
     if vs is not None:
         console.print(f"versus {versus(result, vs)}")
     if result.reject_counts:

@@ -60,9 +60,10 @@ def targets_for(problem: Problem, layout: Layout) -> list[str]:
     return [name for name, e in EXPORTERS.items() if not e.check(problem, layout)]
 
 
-def check(target: str, problem: Problem, layout: Layout) -> list[str]:
-    """Reasons `target` cannot launch `layout` (empty when it can)."""
-    return get_exporter(target).check(problem, layout)
+def check(target: str, problem: Problem, layout: Layout, version: str | None = None) -> list[str]:
+    """Reasons `target` (release `version` where it has several) cannot launch `layout` (empty
+    when it can)."""
+    return get_exporter(target, version).check(problem, layout)
 
 
 def render(target: str, problem: Problem, layout: Layout, version: str | None = None,

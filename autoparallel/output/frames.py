@@ -9,8 +9,8 @@ from ..specs.job import JOB_FIELDS
 
 PROBLEM_COLUMNS = ("model", "gpu", "n_gpus", "gpus_per_node", "seq_len", "global_batch") + JOB_FIELDS
 """The problem's numbers and every job setting (`JobSpec`), as `Problem.describe()` gives them."""
-LAYOUT_COLUMNS = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch",
-                  "grad_accum", "layout")
+LAYOUT_COLUMNS = ("dp", "tp", "pp", "vp", "cp", "cp_comm", "cp_a2a", "ep", "zero", "recompute",
+                  "sp", "micro_batch", "grad_accum", "layout")
 """`layout` is the full slug (`Layout.slug`: uneven split, schedule, block / uniform / named
 recompute, offload), which `export --from` reads back; the other columns are its main axes."""
 RESULT_COLUMNS = (
@@ -22,13 +22,15 @@ RESULT_COLUMNS = (
 )
 SWEEP_COLUMNS = PROBLEM_COLUMNS + LAYOUT_COLUMNS + RESULT_COLUMNS
 """The frozen column schema of `sweep` CSVs and `plan --format csv` (`SWEEP_SCHEMA_VERSION`)."""
-SWEEP_SCHEMA_VERSION = 4
+SWEEP_SCHEMA_VERSION = 5
 """Version 1: 42 columns. Version 2: + the job settings (stack, precision, grad_dtype, ...)
 after the problem columns. Version 3: + `optimizer_dtype`; `usable_fraction` empty = the fitted
 allocator margin; + mem_reserved_gib, mem_device_gib, mem_headroom_gib, mem_first_stage_gib,
 mem_last_stage_gib. Version 4: + `model_code`, `torch_compile`, `autocast` (what the model's code
 saves for backward) after `attention`; + time_offload_s (host-link transfers and CPU optimizer step of offloaded layouts)
-after time_optimizer_s; + `layout` (the full slug) after grad_accum."""
+after time_optimizer_s; + `layout` (the full slug) after grad_accum. Version 5: + `cp_comm`
+(the context-parallel form, empty when cp = 1) and `cp_a2a` (the hierarchical form's all-to-all
+group) after cp."""
 
 
 def ranked_frame(result) -> pd.DataFrame:

@@ -2,7 +2,7 @@
 
 An uneven pipeline split shows in the pp part, `pp16[7,8x14,7]` (layers per pipeline stage, first
 to last, `8x14` = fourteen stages of 8), the context-parallel form in the cp part when cp > 1,
-`cp8[ring]`, `cp8[a2a]`, `cp8[allgather]`, `cp8[a2a2+ring4]` (`CpComm`), and a schedule other
+`cp8:ring`, `cp8:a2a`, `cp8:allgather`, `cp8:a2a2+ring4` (`CpComm`), and a schedule other
 than the default (1F1B, or interleaved 1F1B when vp > 1) as a last part, e.g. `-szbh1`,
 `-sdualpipe`."""
 
@@ -331,8 +331,8 @@ class Layout(Spec):
         cpf = ""
         if self.cp > 1:
             form = self.cp_form
-            cpf = (f"[a2a{self.cp_a2a}+ring{self.cp // self.cp_a2a}]"
-                   if form == CpComm.A2A_RING else f"[{form.value}]")
+            cpf = (f":a2a{self.cp_a2a}+ring{self.cp // self.cp_a2a}"
+                   if form == CpComm.A2A_RING else f":{form.value}")
         return (
             f"dp{self.dp}-tp{self.tp}-pp{self.pp}{split}-vp{self.vp}-cp{self.cp}{cpf}-ep{self.ep}"
             f"-z{self.zero}-r{self.recompute.value}{rn}{sp}-mb{self.micro_batch}{sched}{off}"
@@ -341,15 +341,15 @@ class Layout(Spec):
     @classmethod
     def from_slug(cls, slug: str) -> Layout:
         """Parse `dp8-tp4-pp2-vp1-cp1-ep1-z1-rnone-sp-mb1` (or `...-pp16[7,8x14,7]-...-szbh1`,
-        `cp8[a2a]` / `cp8[allgather]` / `cp8[a2a2+ring4]` for the context-parallel form (`cp8`
-        and `cp8[ring]`: ring), `-rfull2` for full recompute of the first 2 layers of each chunk, `-rfullg4` for uniform
+        `cp8:a2a` / `cp8:allgather` / `cp8:a2a2+ring4` for the context-parallel form (`cp8`
+        and `cp8:ring`: ring), `-rfull2` for full recompute of the first 2 layers of each chunk, `-rfullg4` for uniform
         groups of 4, `-rselective+core_attn+mlp` for named modules, `-ao2` for activation offload
         of 2 layers per stage, `-oo50` for half the optimizer state offloaded);
         omitted axes take defaults."""
         fields: dict = {"sp": False}
         schedules = {sch.value.replace("-", ""): sch.value for sch in Schedule}
         for part in slug.strip().split("-"):
-            if cpm := re.fullmatch(r"cp(\d+)\[([a-z0-9+]+)\]", part):  # cp with its form
+            if cpm := re.fullmatch(r"cp(\d+):([a-z0-9+]+)", part):  # cp with its form
                 fields["cp"] = int(cpm[1])
                 fields |= _cp_form_fields(cpm[2], int(cpm[1]))
                 continue
@@ -385,15 +385,16 @@ class Layout(Spec):
 
 
 def _cp_form_fields(text: str, cp: int) -> dict:
-    """`ring`, `a2a`, `allgather` or `a2aU+ringR` (U x R = cp) -> Layout fields; ValueError."""
+    """`ring`, `a2a`, `allgather` or `a2aU+ringR` (U x R = cp), the part after `cpN:` ->
+    Layout fields; ValueError otherwise."""
     if text in {f.value for f in CpComm if f != CpComm.A2A_RING}:
         return {"cp_comm": text}
     m = re.fullmatch(r"a2a(\d+)\+ring(\d+)", text)
     if not m:
-        raise ValueError(f"context-parallel form [{text}] not understood; expected [ring], "
-                         "[a2a], [allgather] or [a2aU+ringR], e.g. cp8[a2a2+ring4]")
+        raise ValueError(f"context-parallel form {text!r} not understood; expected cpN:ring, "
+                         "cpN:a2a, cpN:allgather or cpN:a2aU+ringR, e.g. cp8:a2a2+ring4")
     u, r = int(m[1]), int(m[2])
     if u * r != cp:
-        raise ValueError(f"context-parallel form [{text}]: a2a {u} x ring {r} = {u * r}, not "
+        raise ValueError(f"context-parallel form {text!r}: a2a {u} x ring {r} = {u * r}, not "
                          f"cp = {cp}")
     return {"cp_comm": CpComm.A2A_RING.value, "cp_a2a": u}
