@@ -256,6 +256,37 @@ def test_cp_a2a_heads_rule_and_kv_replication():
     assert rec["time_s"]["cp_comm"] == pytest.approx(H.micro_batches(x) * 8 * 2 * one, rel=REL)
 
 
+def test_cp_a2a_needs_the_query_heads_too():
+    # 12 query heads over 4 KV heads, DeepSpeed (KV heads replicated up to the group): cp 8 as
+    # a2a keeps the KV rule (8 a multiple of 4) but 12 query heads do not split 8 ways; cp 4 does
+    from autoparallel.errors import SpecError
+
+    twelve = Dims(L=8, h=1536, a=12, g=4, d=128, f=4096, V=32000)
+    with pytest.raises(SpecError, match="12 query heads and 4 KV heads must divide by 8"):
+        run(twelve, Lay(dp=1, cp=8, cc="a2a"), stack="deepspeed")
+    rec, H = run(twelve, Lay(dp=2, cp=4, cc="a2a", zero=1), stack="deepspeed")
+    assert rec["time_s"]["cp_comm"] == pytest.approx(
+        H.micro_batches(Lay(dp=2, cp=4)) * 8 * H.cp_layer(Lay(dp=2, cp=4, cc="a2a")), rel=REL)
+
+
+def test_cp_sliding_windows_only_with_a2a_and_allgather():
+    # Transformer Engine runs sliding-window attention under CP with a2a and all_gather only
+    # (attn_forward_func_with_cp), so the ring forms are refused for a windowed model
+    from autoparallel.errors import SpecError
+
+    windowed = spec(DENSE).model_copy(update={"sliding_window": 1024})
+    p = make_problem(windowed, "h100", 8, seq_len=4096, global_batch=16)
+    for form, a2a in (("ring", None), ("a2a+ring", 2)):
+        with pytest.raises(SpecError, match="sliding-window"):
+            estimate(p, Layout(dp=2, cp=4, cp_comm=form, cp_a2a=a2a))
+    for form in ("a2a", "allgather"):
+        assert estimate(p, Layout(dp=2, cp=4, cp_comm=form))["layout"]["cp_comm"] == form
+    # a window as long as the sequence is no window
+    whole = make_problem(spec(DENSE).model_copy(update={"sliding_window": 4096}), "h100", 8,
+                         seq_len=4096, global_batch=16)
+    assert estimate(whole, Layout(dp=2, cp=4))["layout"]["cp_comm"] == "ring"
+
+
 def test_cp_hierarchy_places_the_a2a_in_the_node_and_the_ring_across():
     # 16 GPUs, 8 per node, cp 16 as a2a 8 x ring 2: the all-to-all group is the 8 GPUs of a
     # node (stride tp = 1), the ring's 2 ranks are 8 apart, one per node
