@@ -26,7 +26,7 @@ def estimate_command(
     pp: Annotated[int, typer.Option(help="Pipeline-parallel degree.")] = 1,
     vp: Annotated[int, typer.Option(help="Virtual stages per pipeline rank (interleaving).")] = 1,
     cp: Annotated[int, typer.Option(help="Context-parallel degree.")] = 1,
-    cp_comm: Annotated[Optional[CpComm], typer.Option(help="Context-parallel form with cp > 1: ring (K, V around a ring; Megatron --cp-comm-type p2p), a2a (Ulysses), allgather, a2a+ring (hierarchical, with --cp-a2a) [ring].", show_default=False)] = None,
+    cp_comm: Annotated[Optional[CpComm], typer.Option(help="Context-parallel form with cp > 1: ring (K, V around a ring; Megatron --cp-comm-type p2p), a2a (Ulysses), allgather, a2a+ring (hierarchical, with --cp-a2a); default ring.", show_default=False)] = None,
     cp_a2a: Annotated[Optional[int], typer.Option(help="With --cp-comm a2a+ring: ranks per all-to-all group, a divisor of cp (the ring spans cp / cp-a2a).", show_default=False)] = None,
     ep: Annotated[int, typer.Option(help="Expert-parallel degree.")] = 1,
     zero: Annotated[int, typer.Option(help="ZeRO stage 0-3 (1 = distributed optimizer).")] = 1,

@@ -85,7 +85,7 @@ def export_command(
     pp: Annotated[Optional[int], typer.Option(help="Pipeline-parallel degree [1].", show_default=False)] = None,
     vp: Annotated[Optional[int], typer.Option(help="Virtual stages per pipeline rank [1].", show_default=False)] = None,
     cp: Annotated[Optional[int], typer.Option(help="Context-parallel degree [1].", show_default=False)] = None,
-    cp_comm: Annotated[Optional[CpComm], typer.Option(help="Context-parallel form with cp > 1: ring, a2a, allgather, a2a+ring [ring].", show_default=False)] = None,
+    cp_comm: Annotated[Optional[CpComm], typer.Option(help="Context-parallel form with cp > 1: ring, a2a, allgather, a2a+ring; default ring.", show_default=False)] = None,
     cp_a2a: Annotated[Optional[int], typer.Option(help="With --cp-comm a2a+ring: ranks per all-to-all group.", show_default=False)] = None,
     ep: Annotated[Optional[int], typer.Option(help="Expert-parallel degree [1].", show_default=False)] = None,
     zero: Annotated[Optional[int], typer.Option(help="ZeRO stage 0-3 [1].", show_default=False)] = None,
