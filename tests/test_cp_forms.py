@@ -183,3 +183,18 @@ def test_stack_forms_are_checked():
         StackSpec(name="x", attention={"default": "flash"}, cp_comm=["ring", "ring"])
     with pytest.raises(ValueError):
         StackSpec(name="x", attention={"default": "flash"}, cp_comm=["ulysses"])
+
+
+def test_a_measured_run_states_its_form_or_takes_its_stack_default():
+    from autoparallel.presets import load_stack
+    from autoparallel.validation.runs import cp_form_of
+
+    said = []
+    assert cp_form_of({"notes": "CP 4, --cp-comm-type a2a+p2p"}, load_stack("megatron-core"),
+                      said) == "a2a+ring"
+    assert cp_form_of({"notes": "DeepSpeed-Ulysses SP 8"}, load_stack("deepspeed"), said) == "a2a"
+    assert said == []
+    assert cp_form_of({"notes": ""}, load_stack("megatron-core"), said) == "ring"
+    assert cp_form_of({"notes": None}, load_stack("torchtitan"), said) == "allgather"
+    assert said == ["CP form not stated: ring (the stack's default)",
+                    "CP form not stated: allgather (the stack's default)"]
