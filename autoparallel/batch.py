@@ -16,7 +16,8 @@ from .limits import MAX_SPEC_INT
 from .problem import make_problem
 from .rules import Reject
 from .specs.job import JOB_FIELDS, JobSpec
-from .specs.layout import Layout
+from .search.splits import with_default_split
+from .specs.layout import Layout, parse_stage_layers, stage_layers_slug
 
 INPUT_COLUMNS = (
     "model", "gpu", "n_gpus", "gpus_per_node", "seq_len", "global_batch", "dp", "tp", "pp", "vp",
@@ -31,6 +32,10 @@ _OPTIONAL_DEFAULTS = {"gpus_per_node": 8, "dp": None, "vp": 1, "cp": 1, "ep": 1,
 LAYOUT_OPTIONAL = ("cp_comm", "cp_a2a")
 """Optional layout columns: the context-parallel form (ring when blank) and the hierarchical
 form's all-to-all group."""
+SPLIT_COLUMN = "stage_layers"
+"""Optional column: layers per pipeline stage (`7,8x14,7`); blank = even, or the balanced split
+`plan` takes where pp x vp does not divide the layers (`search.splits.with_default_split`). The
+output holds the split each row was scored with and a `note` where it was filled in."""
 _TRUE, _FALSE = {"1", "true", "yes", "on", "t", "y"}, {"0", "false", "no", "off", "f", "n"}
 
 
@@ -130,6 +135,8 @@ def score_frame(frame: pd.DataFrame, profile: str | None = None) -> pd.DataFrame
     same problem and job settings are evaluated together (one vectorised call)."""
     parsed: list[tuple | None] = []
     errors: list[str] = [""] * len(frame)
+    notes: list[str] = [""] * len(frame)
+    splits: list[str] = [""] * len(frame)
     for i, (_, row) in enumerate(frame.iterrows()):
         try:
             job = job_from_row(row)
@@ -144,6 +151,7 @@ def score_frame(frame: pd.DataFrame, profile: str | None = None) -> pd.DataFrame
                 sp=_bool(row, "sp"), micro_batch=_int(row, "micro_batch"),
                 cp_comm=_text(row, "cp_comm") if "cp_comm" in row.index else None,
                 cp_a2a=_int(row, "cp_a2a") if "cp_a2a" in row.index else None,
+                stage_layers=_split(row),
             )
             parsed.append((key, layout))
         except (AutoParallelError, ValueError) as exc:
@@ -168,8 +176,9 @@ def score_frame(frame: pd.DataFrame, profile: str | None = None) -> pd.DataFrame
             for i in rows:
                 errors[i] = f"row {i + 1}: {str(exc).splitlines()[0]}"
             continue
-        layouts = [parsed[i][1].resolved(n_gpus) for i in rows]
-        ev = evaluate(problem, LayoutTable.from_layouts(layouts, n_gpus))
+        filled = [with_default_split(problem, parsed[i][1]) for i in rows]
+        layouts = [lay.resolved(n_gpus) for lay, _ in filled]
+        ev = evaluate(problem, LayoutTable.from_layouts(layouts, n_gpus, problem.model.n_layers))
         cols = ev.columns()
         for j, i in enumerate(rows):
             broken = int(ev.reject[j]) & ~int(Reject.OOM)
@@ -179,12 +188,34 @@ def score_frame(frame: pd.DataFrame, profile: str | None = None) -> pd.DataFrame
             results[i] = {k: v[j] for k, v in cols.items() if k.startswith(("mem_", "time_"))}
             results[i] |= {"fits": bool(cols["fits"][j]), "mfu": float(cols["mfu"][j]),
                            "tokens_per_s_per_gpu": float(cols["tokens_per_s_per_gpu"][j])}
+            split = layouts[j].stage_layers
+            notes[i] = filled[j][1] or ""
+            if split:
+                splits[i] = stage_layers_slug(split)[1:-1]
     out = frame.copy()
+    if any(splits) or SPLIT_COLUMN in out.columns:
+        out[SPLIT_COLUMN] = [splits[i] or (str(frame[SPLIT_COLUMN].iloc[i]) if SPLIT_COLUMN in
+                                           frame.columns else "") for i in range(len(frame))]
     metric_cols = next(iter(results.values())).keys() if results else []
     for col in metric_cols:
         out[col] = [results[i][col] if i in results else None for i in range(len(frame))]
+    if any(notes):
+        out["note"] = notes
     out["error"] = errors
     return out
+
+
+def _split(row) -> list[int] | None:
+    """The row's `stage_layers` cell as layers per stage; None when absent or blank."""
+    if SPLIT_COLUMN not in (row.index if hasattr(row, "index") else row):
+        return None
+    text = str(row[SPLIT_COLUMN]).strip()
+    if not text or text.lower() == "nan":
+        return None
+    try:
+        return parse_stage_layers(text)
+    except ValueError as exc:
+        raise SpecError(f"`{SPLIT_COLUMN}` = {text!r}: {exc}") from None
 
 
 def _first_pydantic(exc) -> str:

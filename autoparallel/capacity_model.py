@@ -23,12 +23,13 @@ pessimistic end), the same goodput model applied to each.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from .errors import SpecError
 from .limits import MAX_GPUS
+from .values import MAX_TOKENS, parse_count_list, parse_global_batch, parse_tokens  # noqa: F401
+from .values import parse_duration as _parse_duration
 
 LLAMA3_INTERRUPTIONS = 419
 LLAMA3_DAYS = 54
@@ -53,86 +54,20 @@ PUE = 1.10
 """Power usage effectiveness of the data centre: Google's fleet-wide trailing-twelve-month PUE of
 1.10 (Google data centres efficiency report, 2023)."""
 
-_DECIMAL = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
-_BINARY = {"K": 2 ** 10, "M": 2 ** 20, "B": 2 ** 30, "G": 2 ** 30, "T": 2 ** 40}
-
-
-def parse_tokens(text: str | int | float, name: str = "--tokens") -> float:
-    """'15T' -> 1.5e13 (decimal suffixes K, M, B/G, T), or a plain number."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([KMBGT]?)\s*", str(text), re.I)
-    if not m or float(m.group(1)) <= 0:
-        raise SpecError(f"`{name}` = {text!r}: give a positive number with an optional suffix "
-                        "K, M, B or T (e.g. 15T = 15 x 10^12 tokens)")
-    tokens = float(m.group(1)) * _DECIMAL.get(m.group(2).upper(), 1.0)
-    if not tokens <= MAX_TOKENS:
-        raise SpecError(f"`{name}` = {text!r}: more than {MAX_TOKENS:.0e} tokens, the sanity bound "
-                        "(Llama 3 trained on 15T = 1.5e13); give a realistic budget")
-    return tokens
-
-
-def parse_global_batch(text: str | int, seq_len: int) -> int:
-    """Sequences per step: a plain integer is sequences; a suffixed value (K, M, B) is tokens in
-    binary units, as batch sizes are quoted (Llama 3's "16M tokens" = 2048 x 8192 = 2^24), and
-    must be a whole number of sequences."""
-    s = str(text).strip()
-    if re.fullmatch(r"[0-9]+", s):
-        if int(s) < 1:
-            raise SpecError(f"`--global-batch` = {text!r}: must be at least 1 sequence")
-        return int(s)
-    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*([KMB])", s, re.I)
-    if not m:
-        raise SpecError(f"`--global-batch` = {text!r}: give sequences (2048) or tokens with a "
-                        "suffix K, M or B in binary units (16M = 2^24 tokens)")
-    tokens = float(m.group(1)) * _BINARY[m.group(2).upper()]
-    seqs = tokens / seq_len
-    if abs(seqs - round(seqs)) > 1e-9 or round(seqs) < 1:
-        near = max(1, round(seqs))
-        raise SpecError(f"`--global-batch` = {text!r}: {tokens:,.0f} tokens is not a whole number "
-                        f"of {seq_len}-token sequences ({seqs:,.2f}); give sequences, e.g. {near}")
-    return int(round(seqs))
-
-
 def parse_counts(text: str) -> list[int]:
-    """'512,1024' or a range 'lo:hi:x2' (multiply) / 'lo:hi:+512' (add) -> GPU counts."""
-    out: list[int] = []
-    for part in str(text).split(","):
-        part = part.strip()
-        m = re.fullmatch(r"([0-9]+):([0-9]+):([x+])([0-9]+)", part)
-        if m:
-            lo, hi, op, k = int(m.group(1)), int(m.group(2)), m.group(3), int(m.group(4))
-            if lo < 1 or hi < lo or (op == "x" and k < 2) or (op == "+" and k < 1):
-                raise SpecError(f"`--gpus` range {part!r}: need 1 <= lo <= hi and a step x2 or "
-                                "more, or +1 or more")
-            if hi > MAX_GPUS:
-                raise SpecError(f"`--gpus` range {part!r}: {hi:,} is more than {MAX_GPUS:,} GPUs, "
-                                "the bound on a job")
-            n = lo
-            while n <= hi:
-                if len(out) >= MAX_COUNTS:
-                    raise SpecError(f"`--gpus` range {part!r}: more than {MAX_COUNTS:,} GPU counts "
-                                    "(each is a plan); use a larger step")
-                out.append(n)
-                n = n * k if op == "x" else n + k
-        elif re.fullmatch(r"[0-9]+", part) and int(part) > 0:
-            out.append(int(part))
-        else:
-            raise SpecError(f"`--gpus` = {text!r}: give counts (512,1024) or a range "
-                            "lo:hi:x2 or lo:hi:+512")
-    return sorted(set(out))
+    """'512,1024', '16K' or a range 'lo:hi:x2' (multiply) / 'lo:hi:+512' (add) -> GPU counts
+    (`values.parse_count_list`)."""
+    return parse_count_list(text, "--gpus", ranges=True, high=MAX_GPUS,
+                            max_items=MAX_COUNTS, sort=True) or []
 
 
-MAX_TOKENS = 1e18
-"""Sanity bound on a token budget (five orders above the largest published run's 1.5e13)."""
 MAX_COUNTS = 4096
 """Most GPU counts one `capacity` call plans (each count is a full search)."""
 
 
 def parse_duration(text: str) -> float:
-    """'30d', '720h', '2w' -> days."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([dhw])\s*", str(text), re.I)
-    if not m or not 0 < float(m.group(1)) < 1e9:
-        raise SpecError(f"`--deadline` = {text!r}: give a duration such as 30d, 720h or 4w")
-    return float(m.group(1)) * {"d": 1.0, "h": 1 / 24, "w": 7.0}[m.group(2).lower()]
+    """'30d', '720h', '2w' -> days (a unit is required: `values.parse_duration`)."""
+    return _parse_duration(text, "--deadline", unit=None, high_s=1e9 * 86400.0) / 86400.0
 
 
 def parse_prices(text: str | None, gpus: Sequence[str]) -> dict[str, float]:
@@ -199,7 +134,7 @@ def _row(problem, rec: dict | None, tokens: float, a: Assumptions, price: float 
     factor, tau, mtbf = goodput(n, a)
     tps_step = problem.training.tokens_per_step
     ts = rec["time_s"]
-    out = base | {"fits": True, "layout": _slug(rec), "step_s": ts["step"],
+    out = base | {"fits": True, "layout": rec["slug"], "step_s": ts["step"],
                   "step_low_s": ts["step_low"], "step_high_s": ts["step_high"], "mfu": rec["mfu"],
                   "goodput": (1.0 / factor) if factor < math.inf else 0.0,
                   "checkpoint_interval_s": tau, "job_mtbf_h": mtbf / 3600.0,
@@ -217,12 +152,6 @@ def _row(problem, rec: dict | None, tokens: float, a: Assumptions, price: float 
     # the pessimistic end of throughput is the slow end of the step band
     out["tokens_per_s_low"], out["tokens_per_s_high"] = out["tokens_per_s_high"], out["tokens_per_s_low"]
     return out
-
-
-def _slug(rec: dict) -> str:
-    from .cli.render import layout_slug
-
-    return layout_slug(rec)
 
 
 def capacity_rows(model, tokens, seq_len: int, global_batch, gpus: Sequence[str],

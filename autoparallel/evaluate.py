@@ -99,13 +99,19 @@ class Evaluation:
             return one.record(0, one.bands())
         t = self.table
         m = int(self.time["m"][i])
-        layout = {k: int(t[k][i]) for k in ("dp", "tp", "pp", "vp", "cp", "ep", "zero")}
+        layout = {k: int(t[k][i]) for k in ("dp", "tp", "pp", "vp", "cp")}
         layout |= {
+            "cp_comm": (CP_COMM_NAMES[int(t["cc"][i])].value if t["cp"][i] > 1 else None),
+            "cp_a2a": (int(t["cu"][i]) if t["cp"][i] > 1 and t["cc"][i] == _A2A_RING
+                       else None),
+            "ep": int(t["ep"][i]),
+            "zero": int(t["zero"][i]),
             "recompute": RECOMPUTE_NAMES[int(t["rc"][i])].value,
             "sp": bool(t["sp"][i]),
             "micro_batch": int(t["mb"][i]),
             "grad_accum": m,
             "stage_layers": self.stage_layers(i),
+            "split": self.split_kind(i),
             "schedule": SCHEDULE_NAMES[int(t["sch"][i])].value,
             "recompute_layers": (int(t["rn"][i]) if t["rn"][i] >= 0 and t["rc"][i] == 2
                                  else None),
@@ -115,19 +121,18 @@ class Evaluation:
                                    or [RecomputeModule.CORE_ATTN]] if t["rc"][i] == 1 else None),
             "offload_layers": int(t["ao"][i]),
             "optimizer_offload": float(t["oo"][i]) / 100.0,
-            "cp_comm": (CP_COMM_NAMES[int(t["cc"][i])].value if t["cp"][i] > 1 else None),
-            "cp_a2a": (int(t["cu"][i]) if t["cp"][i] > 1 and t["cc"][i] == _A2A_RING
-                       else None),
         }
         return {
             "model": self.problem.model.name,
             "gpu": self.problem.cluster.gpu.name,
             "n_gpus": self.problem.cluster.n_gpus,
+            "slug": self.table.row(i).slug,
             "layout": layout,
             "memory_gib": {k: float(self.memory[k][i] / GiB) for k in MEMORY_KEYS}
             | {"total_high": float(bands.memory_total_high[i] / GiB),
                "by_stage": self.by_stage(i)},
             "fits": bool(self.fits[i]),
+            "memory_risk": bool(memory_risk(self.memory, bands)[i]),
             "time_s": {k: float(self.time[k][i]) for k in TIME_KEYS}
             | {"step_low": float(bands.step_low[i]), "step_high": float(bands.step_high[i])},
             "mfu": float(self.mfu[i]),
@@ -137,6 +142,7 @@ class Evaluation:
             "profile_basis": self.problem.profile_basis,
             "band": bands.basis(i),
             "model_params": self.arch.param_counts(),
+            "notes": [],
         }
 
     def by_stage(self, i: int) -> list[dict]:
@@ -165,6 +171,15 @@ class Evaluation:
         f, md, la = (_whole(float(np.asarray(x).reshape(-1)[0])) for x in (first, mid, last))
         return [f] + [md] * (pp - 2) + [la]
 
+    def split_kind(self, i: int) -> str:
+        """How row i's layers are split over the pipeline stages: `even`, `balanced` (the split
+        `plan` takes for its pp x vp, `search.splits.default_split`) or `custom`."""
+        from .search.splits import split_kind
+
+        t = self.table
+        return split_kind(self.arch, self.problem.training.seq_len, int(t["pp"][i]),
+                          int(t["vp"][i]), self.stage_layers(i))
+
     def columns(self) -> dict[str, np.ndarray]:
         """Flat columns: layout, `mem_<item>_gib`, `time_<item>_s`, `fits`, `mfu`, throughput."""
         t = self.table
@@ -190,9 +205,17 @@ class Evaluation:
         cols["time_step_low_s"] = bands.step_low
         cols["time_step_high_s"] = bands.step_high
         cols["fits"] = self.fits
+        cols["memory_risk"] = memory_risk(self.memory, bands)
         cols["mfu"] = self.mfu
         cols["tokens_per_s_per_gpu"] = self.tokens_per_s_per_gpu
         return cols
+
+
+def memory_risk(memory: dict[str, np.ndarray], bands: Bands) -> np.ndarray:
+    """Per row: the upper end of the memory band (`total_high`, the allocated peak 9 runs in 10
+    stay under) exceeds the usable memory, so the layout may run out of memory although its
+    predicted peak fits."""
+    return bands.memory_total_high > memory["usable"]
 
 
 def evaluate(problem: Problem, table: LayoutTable, rules=None, arch: Arch | None = None) -> Evaluation:
@@ -214,7 +237,10 @@ def evaluate(problem: Problem, table: LayoutTable, rules=None, arch: Arch | None
 
 
 def estimate(problem: Problem, layout: Layout, rules=None) -> dict:
-    """Memory and time of one layout, as the estimate JSON dict.
+    """Memory and time of one layout, as the estimate JSON dict. A layout that names no split
+    where pp x vp does not divide the layers takes the balanced split `plan` would
+    (`search.splits.with_default_split`), recorded in `layout.stage_layers` / `layout.split` and
+    said in `notes`.
 
     Example:
         >>> from autoparallel import make_problem, Layout, estimate
@@ -228,13 +254,19 @@ def estimate(problem: Problem, layout: Layout, rules=None) -> dict:
             GPU count, tp does not divide the heads, ...); not fitting in memory is not an error,
             it is `fits: false`.
     """
+    from .search.splits import with_default_split
+
+    layout, note = with_default_split(problem, layout)
     resolved = layout.resolved(problem.cluster.n_gpus)
     table = LayoutTable.from_layouts([resolved], problem.cluster.n_gpus, problem.model.n_layers)
     ev = evaluate(problem, table, rules)
     broken = int(ev.reject[0]) & ~int(Reject.OOM)
     if broken:
         raise SpecError(_layout_error(problem, resolved, broken))
-    return ev.record(0)
+    rec = ev.record(0)
+    if note:
+        rec["notes"].append(note)
+    return rec
 
 
 def _whole(x: float):
@@ -259,14 +291,15 @@ def _layout_error(problem: Problem, lay: Layout, flags: int) -> str:
         )
     if flags & Reject.LAYERS and lay.stage_layers:
         lines.append(
-            f"`stage_layers` {lay.stage_layers} must sum to `n_layers` ({m.n_layers}) with every "
-            f"stage divisible by vp ({lay.vp}): each pipeline chunk holds a whole number of layers"
+            f"`stage_layers` {lay.stage_layers} must sum to `n_layers` ({m.n_layers}) with the "
+            f"middle stages divisible by vp ({lay.vp}): each middle model chunk holds a whole "
+            "number of layers"
         )
     elif flags & Reject.LAYERS:
         lines.append(
-            f"`pp x vp` = {lay.pp * lay.vp} must divide `n_layers` ({m.n_layers}): each pipeline "
-            "chunk holds a whole number of layers; or give an uneven split (`stage_layers`, "
-            "e.g. first and last stages one layer short)"
+            f"`pp x vp` = {lay.pp * lay.vp} does not divide `n_layers` ({m.n_layers}) and no "
+            "uneven split with equal middle stages within a layer of the balanced load exists: "
+            "give one (`stage_layers`, e.g. 7,8x14,7) or a pp that divides the layers"
         )
     if flags & Reject.SEQ:
         lines.append(
@@ -317,7 +350,8 @@ def _layout_error(problem: Problem, lay: Layout, flags: int) -> str:
     if flags & Reject.TP_NODE:
         lines.append(
             f"`tp` = {lay.tp} does not fit inside one NVLink domain of {c.nvlink_domain} GPUs; "
-            "use tp <= gpus per node (a divisor of it) or allow TP across nodes"
+            "use a tp that divides the domain, or allow TP across nodes "
+            "(--allow-tp-across-nodes prices it on the network)"
         )
     for extra in explain(flags & int(Reject.EP_NODE)):
         lines.append(extra)

@@ -1,10 +1,14 @@
 """Where each parallel group's ranks land. Ranks are ordered TP innermost, then CP, DP, PP
 (Megatron's default `tp-cp-ep-dp-pp`, reference §0 and launchers.md §1.1; EP is carved out of
-CP x DP starting innermost). A group of `size` ranks spaced `stride` apart puts
-min(size, domain // stride) ranks in each scale-up domain (NVLink node)."""
+CP x DP starting innermost). The network is a nest of tiers (`cost.network`): units of
+`sizes[0]` GPUs (the scale-up domain) inside units of `sizes[1]` GPUs (e.g. a leaf switch), and
+so on. A group of `size` ranks spaced `stride` apart puts min(size, sizes[i] // stride) ranks
+(at least one) in each unit of tier i: ranks are placed in order, units are whole blocks of
+consecutive ranks."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,24 +16,47 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Group:
-    """One kind of communication group, per layout row: size, ranks per node, nodes spanned."""
+    """One kind of communication group, per layout row.
+
+    `size`: ranks in the group; `per_tier[i]`: its ranks inside one unit of tier i (tier 0 = the
+    scale-up domain). A group built for fewer tiers than the network has is taken to lie inside
+    one unit of every tier beyond (the whole job)."""
 
     size: np.ndarray
-    per_node: np.ndarray
-    nodes: np.ndarray
+    per_tier: tuple[np.ndarray, ...]
+
+    @property
+    def per_node(self) -> np.ndarray:
+        """Ranks inside one scale-up domain (tier 0)."""
+        return self.per_tier[0]
+
+    @property
+    def nodes(self) -> np.ndarray:
+        """Scale-up domains the group spans."""
+        return np.ceil(self.size / self.per_tier[0])
+
+    def ranks_in(self, tier: int) -> np.ndarray:
+        """Ranks inside one unit of `tier` (the whole group past the tiers it was built for)."""
+        return self.per_tier[tier] if tier < len(self.per_tier) else self.size
+
+    def units(self, tier: int) -> np.ndarray:
+        """Units of `tier` the group spans (1 where it fits inside one)."""
+        return np.ceil(self.size / self.ranks_in(tier))
 
 
-def group(size: np.ndarray, stride: np.ndarray, domain: int) -> Group:
-    """Placement of a group of `size` ranks with rank spacing `stride` in domains of `domain` GPUs."""
+def group(size, stride, sizes: int | Sequence[int]) -> Group:
+    """Placement of a group of `size` ranks with rank spacing `stride` in units of `sizes[i]`
+    GPUs at each tier (an int: the scale-up domain only)."""
     size = np.asarray(size, dtype=np.float64)
     stride = np.asarray(stride, dtype=np.float64)
-    per_node = np.minimum(size, np.maximum(1.0, np.floor(domain / stride)))
-    nodes = np.ceil(size / per_node)
-    return Group(size=size, per_node=per_node, nodes=nodes)
+    sizes = (sizes,) if np.isscalar(sizes) else tuple(sizes)
+    per_tier = tuple(np.minimum(size, np.maximum(1.0, np.floor(float(g) / stride))) for g in sizes)
+    return Group(size=size, per_tier=per_tier)
 
 
-def layout_groups(t, domain: int) -> dict[str, Group]:
-    """Groups of every axis for a `LayoutTable` `t`:
+def layout_groups(t, sizes: int | Sequence[int]) -> dict[str, Group]:
+    """Groups of every axis for a `LayoutTable` `t`, placed in units of `sizes` GPUs per tier
+    (an int: the scale-up domain only):
 
     - `tp`: TP ranks (stride 1); `cp`: CP ring (stride tp);
     - `dpcp`: dense-gradient group DP x CP (stride tp); `ep`: expert group (stride tp);
@@ -37,10 +64,10 @@ def layout_groups(t, domain: int) -> dict[str, Group]:
     """
     tp, cp, dp, ep, pp = (t[k].astype(np.float64) for k in ("tp", "cp", "dp", "ep", "pp"))
     return {
-        "tp": group(tp, np.ones_like(tp), domain),
-        "cp": group(cp, tp, domain),
-        "dpcp": group(dp * cp, tp, domain),
-        "ep": group(ep, tp, domain),
-        "edp": group(dp * cp / ep, tp * ep, domain),
-        "pp": group(pp, tp * cp * dp, domain),
+        "tp": group(tp, np.ones_like(tp), sizes),
+        "cp": group(cp, tp, sizes),
+        "dpcp": group(dp * cp, tp, sizes),
+        "ep": group(ep, tp, sizes),
+        "edp": group(dp * cp / ep, tp * ep, sizes),
+        "pp": group(pp, tp * cp * dp, sizes),
     }

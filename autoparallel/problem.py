@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .errors import SpecError, format_validation_error
-from .presets import load_gpu, load_model, load_profile, load_stack
+from .presets import load_gpu, load_model, load_network, load_profile, load_stack
 from .specs import ClusterSpec, GPUSpec, ModelSpec, Problem, Profile, TrainingSpec
 from .specs.job import JOB_FIELDS, JobSpec, job_flag
 from .specs.precision import RECIPES, supported, supported_names
@@ -72,12 +72,15 @@ def make_problem(
         "autocast": stack.autocast if given.autocast is None else given.autocast,
         "tp_comm_overlap": (stack.tp_comm_overlap if given.tp_comm_overlap is None
                             else given.tp_comm_overlap),
+        "fp8_param_gather": (stack.low_precision_allgather if given.fp8_param_gather is None
+                             else given.fp8_param_gather),
     })
     try:
         cluster = ClusterSpec(
             gpu=gpu_spec, n_gpus=n_gpus, gpus_per_node=gpus_per_node,
             intra_gb_per_s=resolved.intra_gbps, inter_gb_per_s=resolved.inter_gbps,
             intra_latency_us=resolved.intra_latency_us, inter_latency_us=resolved.inter_latency_us,
+            network=load_network(resolved.network) if resolved.network is not None else None,
         )
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, "cluster")) from None
@@ -89,6 +92,7 @@ def make_problem(
             stack=stack.name, grad_reduce_dtype=resolved.grad_reduce_dtype,
             optimizer_dtype=resolved.optimizer_dtype, model_code=resolved.model_code,
             torch_compile=resolved.torch_compile, autocast=resolved.autocast,
+            fp8_param_gather=resolved.fp8_param_gather,
         )
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, "training")) from None
@@ -118,19 +122,30 @@ GENERATION_ORDER = ("hopper", "blackwell", "ampere", "cdna3", "volta", "other")
 then this order (the generation with the most measured runs first)."""
 
 
+def gpu_nearness(target: GPUSpec, other: GPUSpec) -> tuple:
+    """Sort key of `other` as a stand-in for `target` (smaller is nearer): the same generation
+    first (then GENERATION_ORDER), then the closest tensor-core peaks, summed |ln ratio| of the
+    BF16, FP8 and FP4 peaks both have (B300's nearest is GB300, the same Blackwell Ultra chip, not
+    B200), then the name."""
+    import math
+
+    peaks = [(getattr(target, k), getattr(other, k)) for k in ("bf16_tflops", "fp8_tflops",
+                                                                "fp4_tflops")]
+    gap = sum(abs(math.log(a / b)) for a, b in peaks if a and b)
+    return (other.generation != target.generation, GENERATION_ORDER.index(other.generation),
+            round(gap, 9), other.name)
+
+
 def _nearest_fit(stack: StackSpec, gpu: GPUSpec) -> str | None:
-    """The GPU preset of the stack's fitted profiles nearest to `gpu`: the same preset, else one
-    of the same generation, else the newest other one (most runs are on Hopper)."""
+    """The GPU preset of the stack's fitted profiles nearest to `gpu` (`gpu_nearness`): the same
+    preset, else the nearest of the same generation, else of the generation with most runs."""
     if gpu.name in stack.profile:
         return gpu.name
     if not stack.profile:
         return None
     from .presets import load_gpu as _load
 
-    same = [g for g in stack.profile if _load(g).generation == gpu.generation]
-    if same:
-        return sorted(same)[0]
-    return sorted(stack.profile, key=lambda g: (GENERATION_ORDER.index(_load(g).generation), g))[0]
+    return min(stack.profile, key=lambda g: gpu_nearness(gpu, _load(g)))
 
 
 def stack_profile(stack: StackSpec, gpu: GPUSpec) -> tuple[Profile, str]:
@@ -165,4 +180,4 @@ def with_gpu_count(problem: Problem, n_gpus: int) -> Problem:
     return problem.model_copy(update={"cluster": cluster})
 
 
-__all__ = ["GENERATION_ORDER", "make_problem", "stack_profile", "with_gpu_count"]
+__all__ = ["GENERATION_ORDER", "gpu_nearness", "make_problem", "stack_profile", "with_gpu_count"]

@@ -57,8 +57,9 @@ def _heads(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
 
 def _layers(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
     """Even split: pp x vp divides the layers. Uneven (`lf`, `ll` set): first, last and the equal
-    middle stages hold whole, positive layer counts that sum to the layers, each divisible by vp
-    (Megatron-Core's checks, launchers.md §1.1 validation)."""
+    middle stages hold whole, positive layer counts that sum to the layers, the middle ones
+    divisible by vp (equal model chunks); the ends take any count, which Megatron-Core writes
+    with its embedding/loss accounting or a pipeline layout (`search.splits`)."""
     L, pp, vp = a.n_layers, t["pp"], t["vp"]
     even_bad = L % (pp * vp) != 0
     lf, ll = t["lf"], t["ll"]
@@ -69,7 +70,7 @@ def _layers(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
     n_mid = np.maximum(pp - 2, 1)
     mid = rest // n_mid
     mid_bad = np.where(pp > 2, (rest % n_mid != 0) | (mid < 1) | (mid % vp != 0), rest != 0)
-    uneven_bad = (pp < 2) | (lf < 1) | (ll < 1) | (lf % vp != 0) | (ll % vp != 0) | mid_bad
+    uneven_bad = (pp < 2) | (lf < 1) | (ll < 1) | mid_bad
     return np.where(uneven, uneven_bad, even_bad)
 
 
@@ -128,7 +129,7 @@ RULES: tuple[Rule, ...] = (
          "tp must divide the query heads, and divide or be a multiple of the KV heads", _heads),
     Rule("layers", Reject.LAYERS,
          "layers must divide evenly into pp x vp model chunks, or an uneven split (first, equal "
-         "middles, last) must sum to them with each stage divisible by vp", _layers),
+         "middles, last) must sum to them with the middle stages divisible by vp", _layers),
     Rule("seq", Reject.SEQ,
          "sequence must divide by 2 x cp (load-balanced ring) and its CP share by tp with SP", _seq),
     Rule("batch", Reject.BATCH, "global batch must divide by dp x micro_batch", _batch),

@@ -9,10 +9,12 @@ from pydantic import BaseModel, ConfigDict, create_model
 
 from .errors import SpecError
 from .specs import GPUSpec, Layout, ModelSpec, Profile
+from .specs.docstrings import DocstringFields
 from .specs.job import JobSpec
+from .specs.network import NetworkSpec
 from .specs.stack import StackSpec
 
-SCHEMA_VERSION = "6"
+SCHEMA_VERSION = "5"
 """Version of the output schemas (`estimate`, `plan`, `capacity`). Version 2: field descriptions
 with units and a typed `problem` object in the plan output. Version 3: the job settings
 (`JobSpec`: stack, precision, dtypes, overlaps, overrides) in the estimate's `job` object and
@@ -26,15 +28,21 @@ Version 4: `layout.recompute_group` (uniform recompute groups), `layout.recomput
 (named-module selective recompute), `layout.offload_layers` (activation offload),
 `layout.optimizer_offload` (optimizer-state offload) and `time_s.offload`. Version 5:
 `time_s.pp_comm` also holds the tied-embedding gradient all-reduce between the first and last
-pipeline stage. Version 6: `layout.cp_comm` (the context-parallel form: ring, a2a, allgather,
-a2a+ring; null when cp = 1) and `layout.cp_a2a` (the hierarchical form's all-to-all group);
-`time_s.cp_comm` and `memory_gib.overhead` cost the layout's form.
+pipeline stage; `layout.split` (even, balanced or custom stage split) and `notes` (what the estimate filled in,
+such as the balanced split of a layout whose pp x vp does not divide the layers);
+`job.fp8_param_gather` (low-precision weights kept and all-gathered in the recipe's format);
+`job.network` (the network preset or file, `--network`);
+`slug` (the layout's slug, as `--versus` and `export --layout` take it) and
+`memory_risk` (the memory band's upper end above the usable memory) per estimate and ranked
+layout, `robustness.memory_over`; `layout.cp_comm` (the context-parallel form: ring, a2a,
+allgather, a2a+ring; null when cp = 1) and `layout.cp_a2a` (the hierarchical form's all-to-all
+group), `time_s.cp_comm` and `memory_gib.overhead` costing the layout's form.
 `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 
 
-class _Out(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+class _Out(DocstringFields, BaseModel):
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class LayoutOut(_Out):
@@ -72,6 +80,10 @@ class LayoutOut(_Out):
     """Micro-batches per optimizer step per data-parallel replica (global batch / (dp x micro_batch))."""
     stage_layers: list[int | float]
     """Transformer layers per pipeline stage, first to last (one value when pp = 1)."""
+    split: Literal["even", "balanced", "custom"]
+    """How the layers are split over the stages: `even` (n_layers / pp each), `balanced` (the
+    uneven split `plan` takes for this pp x vp: the most loaded stage's FLOPs, output layer
+    included, as light as the equal middle stages allow), `custom` (another uneven split)."""
     schedule: str
     """Pipeline schedule: 1f1b, interleaved, zb-h1, zbv, dualpipe or dualpipev."""
     recompute_layers: int | None
@@ -244,12 +256,19 @@ class EstimateOut(_Out):
     """GPU preset name."""
     n_gpus: int
     """GPUs in the job."""
+    slug: str
+    """The layout's slug (`Layout.slug`), e.g. dp4-tp8-pp2-vp10-cp1-ep1-z1-rnone-sp-mb1: what
+    `plan --versus`, `export --layout` and `estimate --layout` take."""
     layout: LayoutOut
     """The layout, every axis explicit."""
     memory_gib: MemoryOut
     """Memory per GPU, GiB."""
     fits: bool
-    """Whether memory_gib.total <= memory_gib.usable."""
+    """Whether the fit figure (memory_gib.reserved; total with an explicit usable_fraction) is at
+    most memory_gib.usable."""
+    memory_risk: bool
+    """Whether memory_gib.total_high, the upper end of the memory band, exceeds
+    memory_gib.usable: the layout may run out of memory although its predicted peak fits."""
     time_s: TimeOut
     """Time per step, seconds."""
     mfu: float
@@ -267,6 +286,9 @@ class EstimateOut(_Out):
     """Basis of the error bands in `time_s` and `memory_gib`."""
     model_params: ModelParamsOut
     """Total and active parameter counts of the model."""
+    notes: list[str]
+    """What the estimate chose for the layout that it was not given (e.g. the balanced split
+    where pp x vp does not divide the layers), one line each; the CLI prints them as `note:`."""
 
 
 class RobustnessOut(_Out):
@@ -276,7 +298,7 @@ class RobustnessOut(_Out):
     """step x (1 + penalty), seconds: the order of the tied group under `--rank-by robust`."""
     penalty: float
     """net_sensitivity + gemm_sensitivity + exposed_comm_share + 0.10 x memory_used
-    + 0.02 x (parallel_dims - 1) + 0.05 x (TP x EP across the scale-up domain)."""
+    + 0.02 x (parallel_dims - 1) + 0.05 x (TP x EP across the scale-up domain) + memory_over."""
     net_sensitivity: float
     """Step time with 20 % less scale-out bandwidth / step - 1."""
     gemm_sensitivity: float
@@ -289,6 +311,9 @@ class RobustnessOut(_Out):
     """How many of dp, tp, pp, cp, ep exceed 1."""
     tp_ep_in_node: bool
     """Whether tp x ep fits in the scale-up domain."""
+    memory_over: float
+    """max(0, memory_gib.total_high / memory_gib.usable - 1): how far the memory band reaches
+    past the usable memory (a term of the penalty)."""
 
 
 class RankedOut(EstimateOut):
@@ -473,11 +498,13 @@ class CapacityOut(_Out):
 _SCHEMAS = {
     "estimate": EstimateOut, "plan": PlanOut, "capacity": CapacityOut, "model": ModelSpec,
     "gpu": GPUSpec, "profile": Profile, "layout": Layout, "stack": StackSpec, "job": JobSpec,
+    "network": NetworkSpec,
 }
 
 
 def schema_for(what: str) -> dict:
-    """JSON Schema of `what` (estimate, plan, capacity, model, gpu, profile, layout, stack, job)."""
+    """JSON Schema of `what` (estimate, plan, capacity, model, gpu, profile, layout, stack, job,
+    network)."""
     if what not in _SCHEMAS:
         raise SpecError(f"`schema` {what!r} unknown; choose one of {', '.join(_SCHEMAS)}")
     schema = _SCHEMAS[what].model_json_schema()

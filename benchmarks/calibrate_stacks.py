@@ -1,4 +1,5 @@
-"""Fit the shipped efficiency profiles: one per (software stack, GPU group) with runs, and one per
+"""Fit the shipped efficiency profiles: one per (software stack, GPU group) with runs (stacks of
+one kernel family, `StackSpec.kernels`, fitted together), and one per
 GPU group across every stack (the GPU preset's `[profile]`, the fallback for a stack that has no
 runs anywhere). Prints the TOML blocks to paste into `autoparallel/presets/stacks/<stack>.toml`
 (`[profile.<gpu>]`, `[profile_notes]`) and `autoparallel/presets/gpus/<gpu>.toml` (`[profile]`),
@@ -8,7 +9,9 @@ with the in-sample error of each fit. Every fit starts from the GPU preset's ref
     python benchmarks/calibrate_stacks.py [--runs FILE] [--write]
 
 `--write` replaces the fitted-profile tables at the end of each stack preset (everything after
-the `MARKER` line) with the new fits, for every GPU preset of the fitted group.
+the `MARKER` line) with the new fits, for every GPU preset of the fitted group, and drops the
+tables of a stack no longer fitted on any GPU. Fits use the dense runs
+(`validation.calibrate.profile_fit_cases`); a (stack, GPU group) without one has no fit.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autoparallel.data import PUBLISHED_RUNS  # noqa: E402
-from autoparallel.presets import load_gpu  # noqa: E402
-from autoparallel.validation.calibrate import fit  # noqa: E402
+from autoparallel.presets import list_stacks, load_gpu  # noqa: E402
+from autoparallel.validation.calibrate import (  # noqa: E402
+    fit, kernel_family, profile_fit_cases)
 from autoparallel.validation.loso import group_of  # noqa: E402
 from autoparallel.validation.runs import load_cases, read_runs  # noqa: E402
 
@@ -56,10 +60,12 @@ def main() -> None:
     notes: dict[str, list[str]] = {}
     t0 = time.time()
     cases, skipped = load_cases(read_runs(args.runs))
-    groups = sorted({group_of(c.gpu) for c in cases})
-    print(f"{len(cases)} usable runs, {len(skipped)} skipped\n")
+    pool = profile_fit_cases(cases)
+    groups = sorted({group_of(c.gpu) for c in pool})
+    print(f"{len(cases)} usable runs, {len(skipped)} skipped; profiles fitted on the "
+          f"{len(pool)} dense runs\n")
     for grp in groups:
-        chosen = [c for c in cases if c.gpu in grp]
+        chosen = [c for c in pool if c.gpu in grp]
         ref = load_gpu(grp[0]).reference()
         res = fit(chosen, ref)
         err = np.median(np.abs(np.expm1(res.residuals)))
@@ -68,26 +74,35 @@ def main() -> None:
               f"in-sample median |err| {err:.1%}")
         print("[profile]")
         print("\n".join(_block(res, chosen)), "\n")
-        for stack in sorted({c.stack for c in chosen}):
-            mine = [c for c in chosen if c.stack == stack]
+        for family in sorted({kernel_family(c.stack) for c in chosen}):
+            mine = [c for c in chosen if kernel_family(c.stack) == family]
+            members = sorted(s for s in list_stacks() if kernel_family(s) == family)
             res = fit(mine, ref)
             err = np.median(np.abs(np.expm1(res.residuals)))
             srcs = sorted({c.source for c in mine})
             precs = sorted({c.precision for c in mine})
-            print(f"# stack {stack} on {grp[0]}: {len(mine)} runs ({', '.join(srcs)}; "
-                  f"{', '.join(precs)}); in-sample median |err| {err:.1%}")
-            note = (f"fitted on {len(mine)} runs ({', '.join(precs)}) of {', '.join(srcs)}; "
-                    f"in-sample median |err| {err:.1%}")
+            stacks = sorted({c.stack for c in mine})
+            print(f"# {family} ({', '.join(members)}) on {grp[0]}: {len(mine)} runs of "
+                  f"{', '.join(stacks)} ({', '.join(srcs)}; {', '.join(precs)}); in-sample median "
+                  f"|err| {err:.1%}")
+            note = (f"fitted on {len(mine)} runs ({', '.join(precs)}) of {', '.join(srcs)}"
+                    + (f" (kernel family {family}: {', '.join(stacks)})" if len(members) > 1
+                       else "") + f"; in-sample median |err| {err:.1%}")
             for g in grp:
                 table = [f'[profile."{g}"]', *_block(res, mine), ""]
                 print("\n".join(table))
-                tables.setdefault(stack, []).extend(table)
-                notes.setdefault(stack, []).append(f'"{g}" = "{note}"')
+                for stack in members:
+                    tables.setdefault(stack, []).extend(table)
+                    notes.setdefault(stack, []).append(f'"{g}" = "{note}"')
     print(f"({time.time() - t0:.0f} s)")
     if args.write:
-        for stack, body in tables.items():
-            _write(stack, body + ["[profile_notes]", *notes[stack], ""])
-            print(f"wrote {STACKS / (stack + '.toml')}")
+        for path in sorted(STACKS.glob("*.toml")):
+            stack = path.stem
+            if stack in tables:
+                _write(stack, tables[stack] + ["[profile_notes]", *notes[stack], ""])
+            elif MARKER in path.read_text(encoding="utf-8"):
+                _write(stack, [])
+            print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from autoparallel.validation.error_bands import (band_rows, coverage, coverage_s
 from autoparallel.validation.runs import read_runs  # noqa: E402
 
 DEFAULT_RUNS = Path(__file__).resolve().parents[2] / "shared" / "data" / "published_runs.csv"
-GPUS = "h100,a100-80gb,a100-40gb,h200,h800,b200,gb200,mi300x"
+GPUS = "h100,h100-96gb,a100-80gb,a100-40gb,h200,h800,b200,b300,gb200,gb300,mi300x"
 
 
 def main() -> None:

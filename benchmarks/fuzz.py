@@ -1,7 +1,7 @@
 """Fuzz the CLI with generated bad input and count the outcomes (issue 13's done-when: >= 5,000
 inputs, 0 internal errors, 0 tracebacks, only one-line messages).
 
-    python benchmarks/fuzz.py                 # 1,000 examples per generator, 5 generators
+    python benchmarks/fuzz.py                 # 1,000 examples per generator, 6 generators
     python benchmarks/fuzz.py --per-kind 2000 --seed 7
 
 Generators and the pass criterion are those of the test suite (`tests/fuzzing.py`); every
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import shutil
 import sys
 import tempfile
 import time
@@ -30,8 +31,15 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="autoparallel-fuzz-"))
+    try:
+        return _run(args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run(args, tmp: Path) -> int:
     kinds = {"plan": F.plan_args(), "estimate": F.estimate_args(), "other": F.other_command_args(),
-             "files": F.file_case(tmp), "csv": F.csv_case(tmp)}
+             "files": F.file_case(tmp), "csv": F.csv_case(tmp), "values": F.new_value_args(tmp)}
     failures: collections.Counter = collections.Counter()
     example: dict = {}
     codes: collections.Counter = collections.Counter()

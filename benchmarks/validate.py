@@ -21,15 +21,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autoparallel.data import PUBLISHED_RUNS  # noqa: E402
 from autoparallel.validation.loso import loso_predictions  # noqa: E402
-from autoparallel.validation.report import summary, worst  # noqa: E402
+from autoparallel.validation.report import predict, summary, worst  # noqa: E402
 from autoparallel.validation.runs import load_cases, read_runs  # noqa: E402
 
+
+
+BLACKWELL = ("b200", "b300", "gb200", "gb300")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default=str(PUBLISHED_RUNS), help="runs CSV (default: the shipped one)")
-    ap.add_argument("--gpus", default="h100,h200,h800,a100-80gb,a100-40gb,b200,gb200",
+    ap.add_argument("--gpus", default="h100,h100-96gb,h200,h800,a100-80gb,a100-40gb,b200,b300,"
+                    "gb200,gb300",
                     help="GPU presets whose runs are validated")
     ap.add_argument("--output", default=None, help="write the held-out predictions to this CSV")
     args = ap.parse_args()
@@ -57,6 +61,16 @@ def main() -> None:
     for grp, frame in held.groupby("group"):
         show(frame, f"== {grp}: leave-one-source-out step-time error per source")
     show(held, "== all groups, by GPU", by="group")
+    held["group_arch"] = held["group"] + " " + held["arch"]
+    show(held, "== all groups, by GPU and architecture (dense / MoE)", by="group_arch")
+    blackwell = held["gpu"].isin(BLACKWELL) & (held["arch"] == "dense")
+    show(held[blackwell], "== dense Blackwell runs (B200, B300, GB200, GB300), held out",
+         by="group")
+    shipped = predict(cases)
+    shipped["group_arch"] = shipped["gpu"] + " " + shipped["arch"]
+    show(shipped, "== in sample (the shipped profiles), by GPU and architecture", by="group_arch")
+    blackwell = shipped["gpu"].isin(BLACKWELL) & (shipped["arch"] == "dense")
+    show(shipped[blackwell], "== dense Blackwell runs, in sample", by="gpu")
     show(held, "== all groups, by stack", by="stack")
     show(held, "== all groups, by precision", by="precision")
     show(held, "== how each held-out prediction was made (stack fit / GPU fit / reference)",

@@ -87,8 +87,27 @@ bad_number = st.one_of(st.sampled_from(BAD_NUMBERS),
 
 small_good_int = st.sampled_from(["1", "2", "4", "8", "16", "64"])
 
-number_flags = ["--gpus", "--seq-len", "--global-batch", "--gpus-per-node", "--usable-fraction",
-                "--intra-gbps", "--inter-gbps", "--intra-latency-us", "--inter-latency-us"]
+def _job_flags():
+    """(number flags, {choice flag: values}) of every `JobSpec` field, from its declaration, so
+    that a field added there is fuzzed with no list to edit."""
+    import typing
+
+    from autoparallel.specs.job import JobSpec, job_flag
+
+    numbers, choices = [], {}
+    for name, field in JobSpec.model_fields.items():
+        kind = field.annotation
+        args = (kind, *typing.get_args(kind))
+        lits = [a for a in args if typing.get_origin(a) is typing.Literal]
+        if lits:
+            choices[job_flag(name)] = [str(v) for v in typing.get_args(lits[0])] + ["nosuch", ""]
+        elif float in args or int in args:
+            numbers.append(job_flag(name))
+    return numbers, choices
+
+
+JOB_NUMBER_FLAGS, JOB_CHOICE_FLAGS = _job_flags()
+number_flags = ["--gpus", "--seq-len", "--global-batch", "--gpus-per-node", *JOB_NUMBER_FLAGS]
 axis_flags = ["--tp", "--pp", "--vp", "--cp", "--ep", "--zero", "--micro-batch", "--stage-layers",
               "--first-stage-layers", "--last-stage-layers"]
 choice_flags = {"--stack": ["megatron-core", "torchtitan", "nosuch", ""],
@@ -99,7 +118,10 @@ choice_flags = {"--stack": ["megatron-core", "torchtitan", "nosuch", ""],
                 "--sp": ["true", "false", "yes", "2"],
                 "--schedule": ["1f1b", "interleaved", "zbv", "zb-h1", "dualpipe", "gpipe"],
                 "--model": ["llama3-8b", "llama3-70b", "mixtral-8x7b", "nosuch", "", "config"],
-                "--gpu": ["h100", "a100", "b200", "nosuch", "", "H100"]}
+                "--gpu": ["h100", "a100", "b200", "nosuch", "", "H100"]} | {
+                    k: v for k, v in JOB_CHOICE_FLAGS.items() if k not in ("--precision",
+                                                                          "--grad-dtype",
+                                                                          "--attention")}
 
 
 @st.composite
@@ -132,15 +154,107 @@ def plan_args(draw) -> list[str]:
     return args
 
 
+def _layout_flags() -> list[str]:
+    """The flag of every `Layout` field that takes a value (estimate and export declare one
+    per field), `--layout` included."""
+    from autoparallel.cli.options import layout_flag
+    from autoparallel.specs.layout import Layout
+
+    return ["--layout"] + [layout_flag(n) for n, f in Layout.model_fields.items()
+                           if f.annotation not in (bool, bool | None)]
+
+
+LAYOUT_FLAGS = _layout_flags()
+SLUGS = ["dp8", "dp4-tp2", "tp3", "dp8-tp1-pp1-z9", "x", "", "dp1-tp8-pp1-vp1-cp1-ep1-z1-rfull",
+         "dp2-tp2-pp2[20,12]", "dp2-tp2-pp2[x]", "dp2-pp2-vp2-szbv", "rselective+nope",
+         "dp8-ao99-oo150", "-" * 50]
+
+
 @st.composite
 def estimate_args(draw) -> list[str]:
-    """`estimate` of one layout with bad layout numbers or job values."""
+    """`estimate` of one layout with bad layout numbers or job values (every `Layout` field)."""
     args = ["estimate", *BASE]
     for _ in range(draw(st.integers(1, 3))):
-        flag = draw(st.sampled_from(["--dp", "--tp", "--pp", "--vp", "--cp", "--ep", "--zero",
-                                     "--micro-batch", *number_flags, "--stage-layers"]))
-        args += [flag, draw(st.one_of(bad_number, small_good_int))]
+        flag = draw(st.sampled_from([*LAYOUT_FLAGS, *number_flags]))
+        value = st.sampled_from(SLUGS) if flag == "--layout" else st.one_of(bad_number,
+                                                                           small_good_int)
+        args += [flag, draw(value)]
     return args
+
+
+SUFFIXED = ["16K", "8k", "1.5K", "0.5K", "1e3K", "16M", "3.7M", "2G", "1T", "K", "16KK", "-8K",
+            "1024.0", "8 K", "64K,8"]
+DURATIONS = ["15m", "90s", "2h", "1d", "4w", "0s", "-5m", "1e9w", "10y", "m", "1.5h", "1e400s"]
+REGEXES = ["a{4294967296}(b)", "(" * 200 + ")" * 200, "(?P<ms>", "[", "x", "(?P<ms>[0-9.]+)",
+           "(a)" * 101, "a{1,99999999999}(b)"]
+LONG = "a" * 300
+
+
+@st.composite
+def new_value_args(draw, tmp: Path) -> list[str]:
+    """The values one parser per kind reads for every command (counts with suffixes, token
+    batches, durations), layout slugs, over-long output names and pathological regexes."""
+    kind = draw(st.sampled_from(["count", "batch", "duration", "slug", "path", "regex"]))
+    tune = ["tune", *BASE, "--measure", "true", "--candidates", "2", "--trials", "1",
+            "--format", "json", "--workdir", str(tmp / "tune")]
+    if kind == "count":
+        cmd = draw(st.sampled_from(["plan", "estimate", "sweep", "capacity"]))
+        flag = draw(st.sampled_from(["--gpus", "--seq-len", "--tp", "--micro-batch"]))
+        value = draw(st.sampled_from(SUFFIXED))
+        if cmd == "sweep":
+            argv = ["sweep", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq-len",
+                    "4096", "--global-batch", "64", "--output", str(tmp / "s.csv")]
+        elif cmd == "capacity":
+            argv = ["capacity", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8",
+                    "--tokens", "1e9", "--seq-len", "4096", "--global-batch", "64"]
+            flag = draw(st.sampled_from(["--gpus", "--seq-len", "--tokens", "--global-batch"]))
+        else:
+            argv = [cmd, *BASE] + (["--keep", "0"] if cmd == "plan" else [])
+        return _set(argv, flag, value)
+    if kind == "batch":
+        cmd = draw(st.sampled_from(["plan", "estimate", "capacity"]))
+        argv = ([cmd, *BASE] if cmd != "capacity" else
+                ["capacity", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--tokens",
+                 "1e9", "--seq-len", "4096", "--global-batch", "64"])
+        return _set(argv, "--global-batch", draw(st.sampled_from(SUFFIXED)))
+    if kind == "duration":
+        flag = draw(st.sampled_from(["--timeout", "--heartbeat", "--grace", "--deadline"]))
+        if flag == "--deadline":
+            return ["capacity", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8",
+                    "--tokens", "1e9", "--seq-len", "4096", "--global-batch", "64", flag,
+                    draw(st.sampled_from(DURATIONS))]
+        return tune + [flag, draw(st.sampled_from(DURATIONS))]
+    if kind == "slug":
+        cmd = draw(st.sampled_from(["estimate", "export", "plan"]))
+        flag = "--versus" if cmd == "plan" else "--layout"
+        extra = ["--target", "megatron"] if cmd == "export" else []
+        return [cmd, *BASE, *extra, flag, draw(st.sampled_from(SLUGS))]
+    if kind == "path":
+        name = draw(st.sampled_from([LONG, LONG + ".png", f"{LONG}/x.csv", "", "/", str(tmp)]))
+        case = draw(st.sampled_from(["plot", "sweep", "export", "estimate", "workdir", "calib"]))
+        if case == "plot":
+            return ["plan", *BASE, "--keep", "0", "--plot", name]
+        if case == "sweep":
+            return ["sweep", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq-len",
+                    "4096", "--global-batch", "64", "--output", name]
+        if case == "export":
+            return ["export", *BASE, "--target", "megatron", "--tp", "2", "--output", name]
+        if case == "estimate":
+            return ["estimate", "--input", name, "--output", name]
+        if case == "workdir":
+            return _set(tune, "--workdir", name)
+        return tune + ["--profile-out", name]
+    return tune + ["--metric-regex", draw(st.sampled_from(REGEXES))]
+
+
+def _set(argv: list[str], flag: str, value: str) -> list[str]:
+    """`argv` with `flag` set to `value` (replaced when present, else appended)."""
+    out = list(argv)
+    if flag in out:
+        out[out.index(flag) + 1] = value
+    else:
+        out += [flag, value]
+    return out
 
 
 @st.composite

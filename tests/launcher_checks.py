@@ -102,6 +102,9 @@ def megatron_parser() -> _Parser:
     vp.add_argument("--pipeline-model-parallel-layout", default=None)
     a("--decoder-first-pipeline-num-layers", type=int, default=None)
     a("--decoder-last-pipeline-num-layers", type=int, default=None)
+    # TransformerConfig booleans, store_true flags (Megatron-LM argument_utils.py)
+    a("--account-for-embedding-in-pipeline-split", action="store_true")
+    a("--account-for-loss-in-pipeline-split", action="store_true")
     a("--context-parallel-size", type=int, default=1)
     a("--cp-comm-type", nargs="+", default=["p2p"])
     a("--hierarchical-context-parallel-sizes", nargs="+", type=int, default=None)
@@ -136,6 +139,8 @@ def megatron_parser() -> _Parser:
       default="delayed")
     a("--fp4-format", choices=["e2m1"], default=None)
     a("--fp4-recipe", choices=["nvfp4", "custom"], default="nvfp4")
+    a("--fp8-param-gather", action="store_true")
+    a("--fp4-param-gather", action="store_true", dest="fp4_param")
     a("--num-layers", type=int, required=True)
     a("--hidden-size", type=int, required=True)
     a("--ffn-hidden-size", type=int, default=None)
@@ -210,7 +215,27 @@ def megatron_layout(words: list[str], world: int, env: dict) -> dict:
                "a2a+p2p": "a2a+ring"}[comm] if cp > 1 else None
     layers = g.num_layers
     first, last = g.decoder_first_pipeline_num_layers, g.decoder_last_pipeline_num_layers
-    if first is None and last is None:
+    emb, loss = g.account_for_embedding_in_pipeline_split, g.account_for_loss_in_pipeline_split
+    split = None
+    if g.pipeline_model_parallel_layout is not None:
+        _need(first is None and last is None and not emb and not loss,
+              "pipeline_model_parallel_layout cannot be set with other pipeline layout arguments")
+        split, vp_layout = pipeline_layout_split(g.pipeline_model_parallel_layout, pp, layers)
+    elif emb or loss:  # TransformerConfig.__post_init__ / get_num_layers_to_build
+        _need(first is None and last is None,
+              "first/last pipeline-stage layers cannot be set with the embedding/loss accounting")
+        total = layers + emb + loss
+        _need(total % pp == 0, "num_layers (+ embedding, + loss) % PP != 0")
+        per_rank = total // pp
+        chunks = g.num_virtual_stages_per_pipeline_rank or 1
+        if g.num_layers_per_virtual_pipeline_stage:
+            _need(per_rank % g.num_layers_per_virtual_pipeline_stage == 0,
+                  "layers per rank % layers per virtual stage != 0")
+            chunks = per_rank // g.num_layers_per_virtual_pipeline_stage
+        _need(per_rank % chunks == 0, "layers per rank (after the accounting) % VP != 0")
+        _need(per_rank // chunks - max(emb, loss) >= 0, "not enough layers in an end chunk")
+        split = [per_rank - emb] + [per_rank] * (pp - 2) + [per_rank - loss]
+    elif first is None and last is None:
         _need(layers % pp == 0, "num_layers % PP != 0")
     else:  # uneven split (Megatron validate_args): the middle stages share the rest evenly
         _need(pp > 1, "first/last pipeline-stage layers need PP > 1")
@@ -225,8 +250,17 @@ def megatron_layout(words: list[str], world: int, env: dict) -> dict:
         counts = [c for c in (first, last, middle // middle_ranks if middle_ranks else None)
                   if c is not None]
         _need(all(c % chunks == 0 for c in counts), "a stage's layers % virtual stages != 0")
+        mid = middle // middle_ranks if middle_ranks else None
+        split = [first if first is not None else mid] + [mid] * (pp - 2) + [
+            last if last is not None else mid]
     vp = 1
-    if g.num_layers_per_virtual_pipeline_stage:
+    if g.pipeline_model_parallel_layout is not None:
+        _need(not g.num_layers_per_virtual_pipeline_stage and not g.num_virtual_stages_per_pipeline_rank,
+              "no more than one of layers-per-virtual-stage, virtual-stages-per-rank, layout")
+        vp = vp_layout
+    elif g.num_layers_per_virtual_pipeline_stage and (emb or loss):
+        vp = (layers + emb + loss) // pp // g.num_layers_per_virtual_pipeline_stage
+    elif g.num_layers_per_virtual_pipeline_stage:
         _need((layers // pp) % g.num_layers_per_virtual_pipeline_stage == 0,
               "(num_layers/PP) % layers-per-virtual-stage != 0")
         vp = layers // pp // g.num_layers_per_virtual_pipeline_stage
@@ -263,6 +297,10 @@ def megatron_layout(words: list[str], world: int, env: dict) -> dict:
     _need(g.max_position_embeddings is None or g.max_position_embeddings >= g.seq_length,
           "max-position-embeddings < seq-length")
     _need(g.bf16 or g.fp16, "16-bit parameters (--bf16 or --fp16)")
+    # TransformerConfig.__post_init__: "fp8_param must be used together with fp8 mode", the
+    # same for fp4_param
+    _need(not g.fp8_param_gather or g.fp8_format, "--fp8-param-gather without --fp8-format")
+    _need(not g.fp4_param or g.fp4_format, "--fp4-param-gather without --fp4-format")
     if g.fp4_format:
         precision = "nvfp4"
     elif g.fp8_format:
@@ -288,11 +326,42 @@ def megatron_layout(words: list[str], world: int, env: dict) -> dict:
         grad = {"auto": "bf16"}.get(g.megatron_fsdp_main_grads_dtype,
                                     g.megatron_fsdp_main_grads_dtype)
     rc = g.recompute_granularity or "none"
-    return dict(grad_dtype=grad, precision=precision, dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep,
+    if split is not None and pp > 1 and len(set(split)) == 1:
+        split = None  # an even split
+    return dict(grad_dtype=grad, precision=precision,
+                fp8_param_gather=bool(g.fp8_param_gather or g.fp4_param),
+                dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep,
                 cp_comm=cp_comm, cp_a2a=hier[0] if cp_comm == "a2a+ring" else None,
-                zero=zero, recompute=rc,
+                zero=zero, recompute=rc, stage_layers=split,
                 sp=bool(g.sequence_parallel and tp > 1), micro_batch=mbs, micro_batches=m,
                 world=world, args=g)
+
+
+def pipeline_layout_split(text: str, pp: int, layers: int) -> tuple[list[int], int]:
+    """(decoder layers per pipeline rank, vp) of a `--pipeline-model-parallel-layout` string, as
+    Megatron-Core's PipelineParallelLayerLayout reads it (docstring of TransformerConfig.
+    pipeline_model_parallel_layout): commas are cosmetic, `(...)*n` and `x*n` repeat, `|` splits
+    stages, stage i is virtual stage i // pp of rank i % pp; `E` embedding first and once, `L`
+    loss last and once, `t` a decoder layer, their count = num_layers."""
+    import re
+
+    flat = text.replace(",", "")
+    while True:
+        unrolled = re.sub(r"\(([^()]+)\)\*(\d+)", lambda m: m[1] * int(m[2]), flat)
+        if unrolled == flat:
+            break
+        flat = unrolled
+    flat = re.sub(r"(.)\*(\d+)", lambda m: m[1] * int(m[2]), flat)
+    stages = flat.split("|")
+    _need(len(stages) % pp == 0, "layout stages % PP != 0")
+    _need(set(flat) <= set("EtLm|"), f"unknown layer symbol in the layout {text!r}")
+    _need(flat.count("E") == 1 and stages[0].startswith("E"), "embedding first, exactly once")
+    _need(flat.count("L") == 1 and stages[-1].endswith("L"), "loss last, exactly once")
+    _need(flat.count("t") == layers, f"layout decoder layers {flat.count('t')} != num_layers {layers}")
+    ranks = [0] * pp
+    for i, stage in enumerate(stages):
+        ranks[i % pp] += stage.count("t")
+    return ranks, len(stages) // pp
 
 
 def megatron_script_layout(text: str) -> dict:

@@ -1,5 +1,6 @@
 """`autoparallel estimate`: table, JSON schema, batch CSV, and errors (exit 2, no traceback)."""
 
+import io
 import json
 
 import pandas as pd
@@ -18,10 +19,12 @@ def test_estimate_json_has_exactly_the_documented_keys():
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     EstimateOut.model_validate(data)  # extra="forbid": no key more, no key less
-    assert list(data) == ["model", "gpu", "n_gpus", "layout", "memory_gib", "fits", "time_s",
+    assert list(data) == ["model", "gpu", "n_gpus", "slug", "layout", "memory_gib", "fits",
+                          "memory_risk", "time_s",
                           "mfu", "tokens_per_s_per_gpu", "model_flops_per_step", "job",
-                          "profile_basis", "band", "model_params"]
+                          "profile_basis", "band", "model_params", "notes"]
     assert data["layout"]["grad_accum"] == 256 and data["layout"]["sp"] is True
+    assert data["layout"]["split"] == "even" and data["notes"] == [] and "note:" not in r.stderr
 
 
 def test_estimate_table_shows_breakdowns():
@@ -36,10 +39,11 @@ def test_estimate_table_shows_breakdowns():
     (["--model", "llama3-7b"], "Did you mean"),
     (["--tp", "3"], "`tp` = 3 must divide `n_heads` (64)"),
     (["--dp", "4", "--tp", "8"], "= 32 but the cluster has 64 GPUs"),
-    (["--pp", "3"], "`pp x vp` = 3 must divide `n_layers` (80)"),
+    # 80 layers on pp 32: equal middle stages hold 2 (20 left for the ends) or 3 (too many)
+    (["--pp", "32"], "`pp x vp` = 32 does not divide `n_layers` (80) and no uneven split"),
     (["--vp", "2"], "`vp` (2) > 1 needs pipeline parallelism"),
     (["--zero", "5"], "zero"),
-    (["--gpus", "0"], "n_gpus"),
+    (["--gpus", "0"], "`--gpus` = '0': must be at least 1"),
 ])
 def test_bad_input_exit_2_one_message(args, needle):
     argv = with_args(BASE, args)
@@ -78,6 +82,59 @@ def test_batch_csv_scores_good_rows_and_flags_bad_ones(tmp_path):
     assert "`model` = 'nope': no such preset" in df.loc[4, "error"]
     assert "`tp` = 3 must divide" in df.loc[5, "error"]
     assert float(df.loc[1, "mem_total_gib"]) > 0 and df.loc[2, "mem_total_gib"] == ""
+
+
+def test_estimate_takes_the_balanced_split_where_pp_does_not_divide_the_layers():
+    """Llama-3.1-405B (126 layers) on pp 16 as the Llama 3 paper ran it (arXiv 2407.21783 §3.3.2,
+    Table 4: 16,384 H100, TP8 PP16 DP128, seq 8192, 2048 sequences): no split given, so the
+    split `plan` takes, [7, 8x14, 7] (the output layer weighs 0.63 layer, so 8 per middle stage
+    and the ends one short beat any other: max load 8 = 7 + 0.63 rounded up), said on stderr in
+    one `note:` line and in the JSON (`layout.split`, `notes`)."""
+    r = run_cli("estimate", "--model", "llama3-405b", "--gpu", "h100", "--gpus", "16384",
+                "--seq-len", "8192", "--global-batch", "2048", "--tp", "8", "--pp", "16",
+                "--dp", "128", "--zero", "1", "--recompute", "none", "--micro-batch", "1",
+                "--format", "json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["layout"]["stage_layers"] == [7] + [8] * 14 + [7]
+    assert data["layout"]["split"] == "balanced" and len(data["notes"]) == 1
+    notes = [line for line in r.stderr.splitlines() if line.startswith("note: ")]
+    assert notes == ["note: " + data["notes"][0]] and "[7,8x14,7]" in notes[0]
+    # the same layout with the split typed gives the same figures, with no note
+    r2 = run_cli("estimate", "--model", "llama3-405b", "--gpu", "h100", "--gpus", "16384",
+                 "--seq-len", "8192", "--global-batch", "2048", "--tp", "8", "--pp", "16",
+                 "--dp", "128", "--zero", "1", "--stage-layers", "7,8x14,7", "--format", "json")
+    typed = json.loads(r2.stdout)
+    assert typed["notes"] == [] and typed["time_s"] == data["time_s"]
+    assert typed["memory_gib"] == data["memory_gib"]
+    # another split is `custom`
+    r3 = run_cli("estimate", "--model", "llama3-405b", "--gpu", "h100", "--gpus", "16384",
+                 "--seq-len", "8192", "--global-batch", "2048", "--tp", "8", "--pp", "16",
+                 "--stage-layers", "6,8x14,8", "--format", "json")
+    assert json.loads(r3.stdout)["layout"]["split"] == "custom"
+
+
+def test_batch_csv_takes_an_optional_stage_layers_column(tmp_path):
+    """A blank `stage_layers` cell where pp x vp does not divide the layers takes the balanced
+    split (and says so in `note`); a typed one is used as given or refused by name."""
+    rows = ["model,gpu,n_gpus,seq_len,global_batch,tp,pp,vp,zero,stage_layers",
+            "llama3-405b,h100,16384,8192,2048,8,16,1,1,",             # filled: 7,8x14,7
+            'llama3-405b,h100,16384,8192,2048,8,16,1,1,"7,8x14,7"',   # typed: the same
+            'llama3-405b,h100,16384,8192,2048,8,16,1,1,"6,8x14,8"',   # typed: another
+            'llama3-405b,h100,16384,8192,2048,8,16,1,1,"7,9x14"',     # 15 stages on pp 16
+            "llama3-405b,h100,16384,8192,2048,8,16,8,1,"]             # vp 8: 7,8x14,7 too
+    f = tmp_path / "in.csv"
+    f.write_text("\n".join(rows) + "\n")
+    r = run_cli("estimate", "--input", f)
+    assert r.returncode == 0, r.stderr
+    df = pd.read_csv(io.StringIO(r.stdout), keep_default_na=False)
+    assert list(df["stage_layers"]) == ["7,8x14,7", "7,8x14,7", "6,8x15", "7,9x14", "7,8x14,7"]
+    assert list(df["error"] == "") == [True, True, True, False, True]
+    assert "balanced uneven split [7,8x14,7]" in df.loc[0, "note"] and df.loc[1, "note"] == ""
+    assert "pp x vp = 16 x 8 = 128 does not divide the 126 layers" in df.loc[4, "note"]
+    assert "has 15 stages but pp = 16" in df.loc[3, "error"]
+    assert float(df.loc[0, "time_step_s"]) == float(df.loc[1, "time_step_s"])
+    assert float(df.loc[2, "time_step_s"]) > float(df.loc[1, "time_step_s"])  # 8 + 0.63 paces
 
 
 def test_batch_csv_missing_column(tmp_path):

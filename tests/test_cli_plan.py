@@ -18,13 +18,14 @@ P70 = ["--model", "llama3-70b", "--gpu", "h100", "--gpus", "64", "--seq-len", "8
        "--global-batch", "512"]
 
 # The frozen sweep/plan CSV schema (version 2: + the job settings; 4: + model_code, torch_compile,
-# autocast, layout (the full slug), time_offload_s; 5: + cp_comm, cp_a2a). Changing it breaks
-# users' notebooks: add a column only with a schema version bump and a note in the README.
+# autocast, layout (the full slug), time_offload_s; 5: + fp8_param_gather, network, cp_comm,
+# cp_a2a). Changing it breaks users' notebooks: add a column only with a schema version bump and
+# a note in the README.
 FROZEN_SWEEP_COLUMNS = [
     "model", "gpu", "n_gpus", "gpus_per_node", "seq_len", "global_batch",
     "stack", "precision", "grad_dtype", "grad_reduce_dtype", "optimizer_dtype", "attention", "model_code", "torch_compile", "autocast", "tp_comm_overlap",
-    "usable_fraction", "intra_gbps", "inter_gbps", "intra_latency_us", "inter_latency_us",
-    "profile",
+    "fp8_param_gather", "usable_fraction", "intra_gbps", "inter_gbps", "intra_latency_us", "inter_latency_us",
+    "network", "profile",
     "dp", "tp", "pp", "vp", "cp", "cp_comm", "cp_a2a", "ep", "zero", "recompute", "sp",
     "micro_batch", "grad_accum", "layout",
     "rank",
@@ -57,9 +58,10 @@ def test_plan_json_schema():
     PlanOut.model_validate(data)
     assert [x["rank"] for x in data["ranked"]] == [1, 2, 3]
     assert data["n_layouts"] >= data["n_valid"] >= data["n_fit"] > 0
-    est_keys = ["model", "gpu", "n_gpus", "layout", "memory_gib", "fits", "time_s", "mfu",
+    est_keys = ["model", "gpu", "n_gpus", "slug", "layout", "memory_gib", "fits", "memory_risk",
+                "time_s", "mfu",
                 "tokens_per_s_per_gpu", "model_flops_per_step", "job", "profile_basis", "band",
-                "model_params"]
+                "model_params", "notes"]
     assert list(data["ranked"][0]) == ["rank"] + est_keys + ["tied", "robustness"]
 
 
@@ -78,7 +80,8 @@ def test_plan_nothing_fits_exit_1():
     assert r.returncode == 1
     # usable = 80 GiB less CUDA context 0.5 and the NCCL memory of the closest layout's TP group
     # (688 MB) and CP and DP x CP pairs (2 x 544 MB) (cost.device_memory) = 77.85
-    assert "layouts fit in 77.8 GiB; closest" in r.stderr and "try" in r.stderr
+    assert ("layouts fit in the usable memory (80 GiB less CUDA context and NCCL buffers); "
+            "closest" in r.stderr and "of its 77.8 usable" in r.stderr and "try" in r.stderr)
     assert "the GPU overflows by" in r.stderr
     assert "Traceback" not in r.stderr
 
@@ -108,7 +111,7 @@ def test_plan_pareto_objectives():
 
 @pytest.mark.parametrize("args,needle", [
     (["--model", "nosuch"], "no such preset"),
-    (["--gpus", "0"], "`n_gpus` = 0"),
+    (["--gpus", "0"], "`--gpus` = '0': must be at least 1"),
     (["--gpus", "12"], "`n_gpus` (12) is not a multiple of `gpus_per_node` (8)"),
     (["--tp", ""], "`--tp` is empty"),
     (["--tp", "a,b"], "expected comma-separated integers"),

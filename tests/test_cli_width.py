@@ -63,7 +63,8 @@ def test_plan_cli_honours_columns_when_piped(quick_start, width):
         assert slug in r.stdout
     assert _widest(r.stdout) <= width
     if width == 200:  # the header line is not wrapped at 200 columns
-        assert re.search(r"global batch 512: [\d,]+ layouts", r.stdout.replace("\n", " "))
+        assert re.search(r"global batch 512; megatron-core, bf16: [\d,]+ layouts",
+                         r.stdout.replace("\n", " "))
         assert any("layouts" in line and "fit" in line for line in r.stdout.splitlines()[:1])
 
 
@@ -90,6 +91,9 @@ def test_presets_models_names_whole_at_80_columns():
     assert _widest(r.stdout) <= 80
     r = _cli(80, "presets", "gpus")
     assert "a100-40gb" in r.stdout and _widest(r.stdout) <= 80
+    r = _cli(80, "presets", "networks")
+    assert "dgx-h100-superpod" in r.stdout and "leaf 256 > spine 2048" in r.stdout
+    assert _widest(r.stdout) <= 80
 
 
 def test_validate_tables_readable_at_80_columns():

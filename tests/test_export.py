@@ -68,7 +68,8 @@ def expected(problem, layout, target):
     axes = AXES
     if target.startswith("torchtitan"):
         lay["zero"] = TORCHTITAN_ZERO[lay["zero"]] if job.data_group > 1 else 0
-        axes += ("stage_layers",)  # the reader replays TorchTitan's own split
+    if target.startswith(("torchtitan", "megatron", "slurm")):
+        axes += ("stage_layers",)  # the reader replays the launcher's own split
     return {k: lay[k] for k in axes} | {"micro_batches": job.micro_batches, "world": job.n_gpus}
 
 

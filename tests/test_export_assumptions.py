@@ -119,3 +119,19 @@ def test_megatron_export_writes_the_planned_precision_and_tp_overlap(gpu, precis
     got = megatron_script_layout(render("megatron", problem, REFERENCE))
     assert got["precision"] == precision
     assert got["args"].tp_comm_overlap is problem.training.tp_comm_overlap is True
+
+
+@pytest.mark.parametrize("stack,precision,flag", [
+    ("megatron-bridge", "fp8", "fp8_param_gather"), ("megatron-bridge", "mxfp8", "fp8_param_gather"),
+    ("megatron-bridge", "nvfp4", "fp4_param"), ("megatron-core", "fp8", None),
+    ("megatron-bridge", "bf16", None)])
+def test_megatron_export_writes_the_stacks_low_precision_parameters(stack, precision, flag):
+    # Megatron-Bridge's FP8/MXFP8 recipes set fp8_param_gather, NVFP4 fp4_param_gather (the
+    # stack's default); plain Megatron-Core keeps bf16 weights; BF16 has nothing to gather in fp8
+    problem = make_problem("llama3-70b", "b200", 64, seq_len=8192, global_batch=512,
+                           precision=precision, stack=stack)
+    got = megatron_script_layout(render("megatron", problem, REFERENCE))
+    assert got["fp8_param_gather"] is (flag is not None)
+    assert got["grad_dtype"] == ("bf16" if stack == "megatron-bridge" else "fp32")
+    if flag:
+        assert getattr(got["args"], flag) is True

@@ -46,8 +46,12 @@ def test_rank_exports_the_planned_layout():
     # keeps ~1.6x the activations and only micro-batch 1 fits: cost/model_code.py)
     problem = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512, stack="deepspeed",
                            model_code="fused")
-    ds = plan(problem, top=2, target="deepspeed")
-    assert len(ds.ranked) == 2 and check("deepspeed", problem, plan(problem, top=1).ranked.table.row(0))
+    ds = plan(problem, top=3, target="deepspeed")
+    # DeepSpeed-Ulysses launches #1 and #2 of the plan; #3 is a pipeline, which DeepSpeed's JSON
+    # cannot build, so #3 of `plan --target deepspeed` is another layout
+    anyone = plan(problem, top=3).ranked.table
+    assert len(ds.ranked) == 3 and check("deepspeed", problem, anyone.row(2))
+    assert not check("deepspeed", problem, ds.ranked.table.row(2))
     hf = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512, stack="deepspeed")
     from autoparallel.search.space import SearchSpace
 
@@ -56,10 +60,10 @@ def test_rank_exports_the_planned_layout():
     # per GPU, so the Ulysses rows fit too
     ulysses = plan(hf, top=2, target="deepspeed").ranked
     assert len(ulysses) == 2 and ulysses.table.row(1).cp_form.value == "a2a"
-    r = run_cli("export", "--target", "deepspeed", *PROBLEM, "--model-code", "fused", "--rank", "2")
+    r = run_cli("export", "--target", "deepspeed", *PROBLEM, "--model-code", "fused", "--rank", "3")
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
-    want = ds.ranked.table.row(1)
+    want = ds.ranked.table.row(2)
     assert (got["zero_optimization"]["stage"], got["train_micro_batch_size_per_gpu"]) == (
         want.zero, want.micro_batch)
 
@@ -243,8 +247,7 @@ def test_from_sweep_csv_keeps_the_uneven_split_and_block_recompute(tmp_path):
     r = run_cli("export", "--target", "megatron", "--from", csv, "--row", 1)
     assert r.returncode == 0, r.stderr
     got = megatron_script_layout(r.stdout)
-    assert got["args"].decoder_first_pipeline_num_layers == full.stage_layers[0]
-    assert got["args"].decoder_last_pipeline_num_layers == full.stage_layers[-1]
+    assert got["stage_layers"] == full.stage_layers  # however Megatron is told the split
     assert full.recompute_layers == 2  # dp32-tp8-pp16[8x15,6]-vp2-cp4-ep1-z1-rfull2-sp-mb1
     assert (got["args"].recompute_method, got["args"].recompute_num_layers) == ("block", 2)
     # an edited axis column that contradicts the slug is refused, naming both
@@ -252,3 +255,25 @@ def test_from_sweep_csv_keeps_the_uneven_split_and_block_recompute(tmp_path):
     frame.to_csv(csv, index=False)
     r = run_cli("export", "--target", "megatron", "--from", csv, "--row", 1)
     assert r.returncode == 2 and "disagrees with the column(s) tp" in r.stderr
+
+
+def test_export_and_versus_take_the_balanced_split_with_a_note():
+    """Megatron-Bridge's Llama-3.1-405B layout, pp 16 vp 8 (126 layers, no split typed): export
+    writes Megatron-Core's embedding/loss accounting ((126 + 2) / 16 = 8 per rank, divisible by
+    vp 8), which the independent reader places as [7, 8x14, 7]; one `note:` line says so."""
+    args = ["--model", "llama3-405b", "--gpu", "h100", "--gpus", "1024", "--seq-len", "8192",
+            "--global-batch", "512", "--tp", "8", "--pp", "16", "--vp", "8", "--zero", "1",
+            "--recompute", "full"]
+    r = run_cli("export", "--target", "megatron", *args)
+    assert r.returncode == 0, r.stderr
+    notes = [line for line in r.stderr.splitlines() if line.startswith("note: ")]
+    assert len(notes) == 1 and "[7,8x14,7]" in notes[0]
+    got = megatron_script_layout(r.stdout)
+    assert got["stage_layers"] == [7] + [8] * 14 + [7] and got["vp"] == 8
+    assert got["args"].account_for_embedding_in_pipeline_split
+    assert got["args"].account_for_loss_in_pipeline_split
+    r = run_cli("plan", *args[:10], "--pp", "16", "--top", "2",
+                "--versus", "dp8-tp8-pp16-vp8-cp1-ep1-z1-rfull-sp-mb1")
+    assert r.returncode == 0, r.stderr
+    assert "note: --versus: pp x vp = 16 x 8 = 128 does not divide the 126 layers" in r.stderr
+    assert "versus dp8-tp8-pp16[7,8x14,7]-vp8" in " ".join(r.stdout.split())

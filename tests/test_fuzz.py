@@ -58,6 +58,13 @@ def test_spec_files_and_hf_configs(tmp_path_factory, data):
 
 @FUZZ
 @given(st.data())
+def test_values_slugs_paths_and_regexes(tmp_path_factory, data):
+    tmp = tmp_path_factory.mktemp("fuzz")
+    _check(data.draw(F.new_value_args(tmp)))
+
+
+@FUZZ
+@given(st.data())
 def test_csv_cells(tmp_path_factory, data):
     tmp = tmp_path_factory.mktemp("fuzz")
     _check(data.draw(F.csv_case(tmp)))
@@ -90,7 +97,7 @@ def test_axis_filter_that_leaves_nothing_names_the_filter_and_what_works():
 
 def test_huge_gpu_count_is_refused_by_its_bound():
     _refused(["plan", "--model", "llama3-8b", "--gpu", "h100", "--gpus", str(10**18), "--seq-len",
-              "4096", "--global-batch", "64"], "n_gpus", "1048576")
+              "4096", "--global-batch", "64"], "`--gpus`", "1,048,576")
 
 
 def test_enumeration_beyond_the_limit_names_the_count_and_the_narrowing_options():
@@ -204,3 +211,33 @@ def test_zero3_hint_only_when_zero3_would_fit():
             "--pp", "1", "--cp", "1"]
     code, err = _check(wide)
     assert code == 1 and "try --zero 3" in err, err
+
+
+# --- the three internal errors of the first-hour review: each refused with exit 2, one message
+
+def test_an_output_name_too_long_for_the_file_system_is_refused(tmp_path):
+    name = "a" * 300
+    for argv, flag in ((["plan", *F.BASE, "--keep", "0", "--plot", f"{name}.png"], "--plot"),
+                       (["sweep", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8",
+                         "--seq-len", "4096", "--global-batch", "64", "--output",
+                         str(tmp_path / f"{name}.csv")], "--output"),
+                       (["export", *F.BASE, "--target", "megatron", "--tp", "2", "--output",
+                         f"{name}/x.sh"], "--output")):
+        line = _refused(argv, f"`{flag}`")
+        assert "characters)" in line and "shorter" in line  # the path shortened, the fix named
+
+
+def test_a_regex_repeat_too_large_for_the_engine_is_refused():
+    line = _refused(["tune", *F.BASE, "--measure", "true", "--metric-regex",
+                     "a{4294967296}(b)"], "`--metric-regex`", "too large")
+    assert "step_time_s=" in line
+
+
+def test_a_non_string_activation_in_a_hf_config_is_refused(tmp_path):
+    cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+           "num_attention_heads": 4, "vocab_size": 100, "intermediate_size": 128,
+           "hidden_act": 123}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    _refused(["estimate", "--model", str(path), "--gpu", "h100", "--gpus", "1", "--seq-len",
+              "128", "--global-batch", "1"], "`hidden_act` = 123", "must be a string")

@@ -45,6 +45,7 @@ def _jobs():
             "grad_reduce_dtype": st.sampled_from(["bf16", "fp32"]),
             "attention": st.sampled_from(["flash", "cudnn", "eager"]),
             "tp_comm_overlap": st.booleans(),
+            "fp8_param_gather": st.booleans(),
             "usable_fraction": st.sampled_from([0.8, 0.9, 0.95]),
             "intra_gbps": st.sampled_from([200.0, 450.0]),
             "inter_gbps": st.sampled_from([25.0, 50.0]),
@@ -96,6 +97,8 @@ def test_job_round_trips_through_cli_api_csv_and_export_from_csv(tmp_path_factor
         assert used["grad_dtype"] == stack.grad_dtype
     if "tp_comm_overlap" not in job:
         assert used["tp_comm_overlap"] == stack.tp_comm_overlap
+    if "fp8_param_gather" not in job:
+        assert used["fp8_param_gather"] == stack.low_precision_allgather
     if "attention" not in job:
         assert used["attention"] == stack.attention_for("hopper")
     # CLI: the same flags give the same job in the estimate JSON

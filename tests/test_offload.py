@@ -216,7 +216,8 @@ def test_gpu_presets_carry_a_sourced_host_link():
     from autoparallel.presets import list_gpus, load_gpu
 
     expected = {"a100-40gb": 32, "a100-80gb": 32, "h100": 64, "h200": 64, "h800": 64,
-                "b200": 64, "mi300x": 64, "gb200": 450,
+                "b200": 64, "mi300x": 64, "gb200": 450, "b300": 64, "gb300": 450,
+                "h100-96gb": 64,
                 "a10g": 32, "v100-32gb": 16}  # PCIe Gen4 x16, Gen3 x16
     for name in list_gpus():
         gpu = load_gpu(name)

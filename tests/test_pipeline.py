@@ -64,10 +64,43 @@ def test_balanced_split_of_llama_405b_on_pp16_is_metas():
     w = output_weight(build_arch(p.model), 8192)
     assert w == pytest.approx(0.6326, abs=1e-3)
     assert balanced_splits(126, 16, 1, w)[0] == (7, 7)
-    # vp 2: every stage even -> 8 first, 6 last (the light end carries the output layer)
-    assert balanced_splits(126, 16, 2, w)[0] == (8, 6)
+    # vp 2, 4, 8: the ends need not divide by vp (Megatron-Core's embedding/loss accounting,
+    # (126 + 2) / 16 = 8 per rank, one fewer in rank 0's first and rank 15's last chunk, is
+    # Megatron-Bridge's 405B recipe); [7, 8x14, 7] and [8, 8x14, 6] both load 8 at most, and the
+    # first is flatter: 7^2 + 7.63^2 = 107.3 < 8^2 + 6.63^2 = 108.0
+    for vp in (2, 4, 8):
+        assert balanced_splits(126, 16, vp, w)[:2] == [(7, 7), (8, 6)]
     # an even split that already balances yields nothing better on pp 2 (63 + 63.63)
     assert balanced_splits(126, 2, 1, w) == []
+
+
+def test_layouts_without_a_split_take_the_one_plan_takes():
+    """`with_default_split` is the single entry point (estimate, estimate --input, plan
+    --versus, export, tune, the Python API): where pp x vp does not divide the layers it fills in
+    the split plan's enumerator keeps for that (pp, vp), and leaves every other layout alone."""
+    from autoparallel import api
+    from autoparallel.search.splits import default_split, with_default_split
+
+    # DeepSeek-V3 (61 layers) on pp 16: the report's own split, 3 + 4 x 14 + 2 (arXiv
+    # 2412.19437 §3.2; the output layer weighs 1.39 layers here, so the short end takes it)
+    ds = make_problem("deepseek-v3", "h800", 2048, 4096, 15360)
+    lay, note = with_default_split(ds, Layout(pp=16, ep=64))
+    assert lay.stage_layers == [3] + [4] * 14 + [2] and "61 layers" in note
+    t = enumerate_layouts(ds, SearchSpace(tp=[1], pp=[16], vp=[1], ep=[64], cp=[1]))
+    assert {(int(f), int(last)) for f, last in zip(t["lf"], t["ll"])} == {(3, 2)}
+    # untouched: an even split, a split already given, pp = 1
+    p = make_problem("llama3-405b", "h100", 16384, 8192, 2048)
+    for given in (Layout(tp=8, pp=2), Layout(tp=8, pp=16, stage_layers=[6] + [8] * 14 + [8]),
+                  Layout(tp=8)):
+        assert with_default_split(p, given) == (given, None)
+    assert default_split(build_arch(p.model), 8192, 14, 1) is None  # 126 = 14 x 9, even
+    # the Python API and a slug get it too
+    rec = api.estimate(model="llama3-405b", gpu="h100", gpus=16384, seq_len=8192,
+                       global_batch=2048, layout="dp128-tp8-pp16-vp8-cp1-ep1-z1-rfull-sp-mb1")
+    assert rec["layout"]["stage_layers"] == [7] + [8] * 14 + [7]
+    assert rec["layout"]["split"] == "balanced" and "16 x 8 = 128" in rec["notes"][0]
+    assert "--account-for-embedding-in-pipeline-split" in api.export(
+        "megatron", p, "dp128-tp8-pp16-vp8-cp1-ep1-z1-rfull-sp-mb1")
 
 
 def test_uneven_slug_round_trip_and_sum():
@@ -94,7 +127,7 @@ def test_enumerated_uneven_splits_sum_to_the_layers_and_pass_the_rule():
         sl = rec["layout"]["stage_layers"]
         if (ev.reject[i] & 4) == 0:  # passes the layers rule
             assert sum(sl) == 126 and len(sl) == rec["layout"]["pp"]
-            assert all(x % rec["layout"]["vp"] == 0 for x in sl)
+            assert all(x % rec["layout"]["vp"] == 0 for x in sl[1:-1]) and min(sl) >= 1
 
 
 def test_uneven_split_pacing_and_memory_come_from_the_real_stages():

@@ -115,6 +115,30 @@ def test_megatron_core_builds_the_planned_model_from_the_script(grad_dtype):
                        optimizer_offload_fraction=1.0)
 
 
+@pytest.mark.parametrize("model, gpus, pp, vp, split, flag", [
+    # Llama-3.1-405B, 126 layers: (126 + 2) / 16 = 8 per rank with the embedding and loss
+    # counted as layers (Megatron-Bridge's 405B recipes), rank 0's first and rank 15's last
+    # chunk one short; vp 1 takes the first/last-stage counts
+    ("llama3-405b", 2048, 16, 8, [7] + [8] * 14 + [7], "--account-for-embedding-in-pipeline-split"),
+    ("llama3-405b", 2048, 16, 1, [7] + [8] * 14 + [7], "--decoder-first-pipeline-num-layers"),
+    ("llama3-405b", 2048, 16, 2, [8] * 15 + [6], "--decoder-first-pipeline-num-layers"),
+    # Llama-3-70B, 80 layers on pp 4 vp 4 as 19, 20, 20, 21: neither form reaches it, the
+    # layout string deals rank 3's 21 layers as 6, 5, 5, 5
+    ("llama3-70b", 64, 4, 4, [19, 20, 20, 21], "--pipeline-model-parallel-layout"),
+])
+def test_megatron_core_builds_the_planned_split_on_every_rank(model, gpus, pp, vp, split, flag):
+    """Megatron-Core's TransformerConfig takes the exported split flags (its own consistency
+    checks) and `get_num_layers_to_build`, which each rank calls for each model chunk, places
+    exactly the planned layers per rank, with the chunks of a rank within one layer."""
+    p = make_problem(model, "h100", gpus, seq_len=8192, global_batch=2048)
+    text = render("megatron", p, Layout(tp=8, pp=pp, vp=vp, zero=1, stage_layers=split))
+    assert flag in text
+    g = vars(megatron_script_layout(text)["args"])
+    got = parse("megatron_split", json.dumps(g))
+    assert got["vp"] == vp and got["ranks"] == split
+    assert all(max(c) - min(c) <= 1 for c in got["chunks"])
+
+
 def test_nanotron_parallelism_args_accept_the_golden():
     got = parse("nanotron", str(GOLDEN / "nanotron-vp1-no-recompute.yaml"))
     assert got == dict(dp=2, tp=8, pp=4)

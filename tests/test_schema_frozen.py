@@ -25,8 +25,7 @@ FROZEN = {
     "2": "a71a9639704ee361f283e516af771cd79d128da8061e4510774b30febc5115c4",
     "3": "0ea2f026188a2ea3c19a5b2f4b5d003355881487e586a142b269482624696ab3",
     "4": "742d6be25ac4a583b4cbfcd3c835a0a81cdf1ffe81ef817be10331824454285d",
-    "5": "8e0b7758c9948abb56a08531e3d112af99f3c2f56c20dc8d03ce1b16315db27d",
-    "6": "68b817af9f90af4e290d814a8bbfc4063351fca8b12a0d3087ab741f48914f8b",
+    "5": "46944ac08f1ff8044f768a5ce7d7df4f54ee6e9f5939bb3cb84411caa2b100cb",
 }
 """sha256 of each released golden (canonical JSON: sorted keys, no spaces)."""
 OUTPUTS = ("estimate", "plan", "capacity")

@@ -190,7 +190,9 @@ def test_nothing_fits_returns_nearest_misses():
     msg = nothing_fits_message(res)
     # 80 GiB less context 0.5 and NCCL of the closest (dp1-tp8-cp2): TP group 688 MB, CP pair and
     # DP x CP pair 2 x 544 MB (cost.device_memory, NVIDIA/nccl #964) = 77.85
-    assert msg.startswith(f"0 of {res.n_layouts:,} layouts fit in 77.8 GiB; closest ")
+    assert msg.startswith(f"0 of {res.n_layouts:,} layouts fit in the usable memory (80 GiB "
+                          "less CUDA context and NCCL buffers); closest ")
+    assert "of its 77.8 usable" in msg
     assert "overflows by" in msg
     assert "more GPUs" in msg
     totals = res.nearest.memory["total"]

@@ -9,7 +9,8 @@ from autoparallel.presets import list_gpus, list_models
 
 REQUIRED_MODELS = {"gpt3-175b", "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b",
                    "deepseek-v3", "qwen3-30b-a3b"}
-REQUIRED_GPUS = {"a100-40gb", "a100-80gb", "h100", "h200", "h800", "b200", "gb200", "mi300x"}
+REQUIRED_GPUS = {"a100-40gb", "a100-80gb", "h100", "h100-96gb", "h200", "h800", "b200", "b300",
+                 "gb200", "gb300", "mi300x"}
 
 
 def test_required_presets_present_and_sourced():
@@ -20,6 +21,36 @@ def test_required_presets_present_and_sourced():
         for field in ("bf16_tflops", "hbm_gib", "hbm_tb_per_s", "scaleup_gb_per_s", "nic_gbit_per_s"):
             assert field in g.sources, f"{name}.{field} has no source"
     assert load_gpu("gb200").scaleup_domain == 72
+
+
+def test_blackwell_ultra_presets_against_their_sources():
+    """Numbers derived here from the vendors' rack and node figures, not read off the presets:
+    GB300 NVL72 (72 GPUs) 1,080 PFLOPS dense FP4, 720 sparse FP8, 360 sparse BF16, 20 TB /
+    576 TB/s HBM; DGX B300 (8 GPUs) 144 sparse FP4 (dense = 3/4 sparse on Blackwell Ultra),
+    72 sparse FP8, 36 sparse BF16; 288 GB HBM3e per GPU; NVLink 5 1.8 TB/s bidirectional."""
+    gb300, b300, gb200, b200 = (load_gpu(n) for n in ("gb300", "b300", "gb200", "b200"))
+    assert gb300.fp4_tflops == pytest.approx(1_080_000 / 72)
+    assert gb300.fp8_tflops == pytest.approx(720_000 / 72 / 2)
+    assert gb300.bf16_tflops == pytest.approx(360_000 / 72 / 2)
+    assert gb300.hbm_tb_per_s == pytest.approx(576 / 72)
+    assert b300.fp4_tflops == pytest.approx(144_000 * 3 / 4 / 8)
+    assert b300.fp8_tflops == pytest.approx(72_000 / 8 / 2)
+    assert b300.bf16_tflops == pytest.approx(36_000 / 8 / 2)
+    for g in (gb300, b300):
+        assert g.hbm_gib == pytest.approx(288e9 / 2**30, abs=0.5)
+        assert g.scaleup_gb_per_s == 1800 / 2 and g.block_scaling and g.generation == "blackwell"
+        assert g.nic_gbit_per_s == 800  # one ConnectX-8 per GPU
+    # Blackwell Ultra: 1.5x the FP4 of Blackwell, the same FP8 and BF16 peaks
+    assert gb300.fp4_tflops == 1.5 * gb200.fp4_tflops
+    assert (gb300.fp8_tflops, gb300.bf16_tflops) == (gb200.fp8_tflops, gb200.bf16_tflops)
+    assert (b300.fp8_tflops, b300.bf16_tflops) == (b200.fp8_tflops, b200.bf16_tflops)
+    assert (gb300.scaleup_domain, b300.scaleup_domain) == (72, 8)
+    assert (gb300.tdp_w, b300.tdp_w) == (1400, 1100)
+    # the 500 W HBM2e H100: peak between the NVL (835) and SXM (989) parts, 6 HBM2e stacks
+    h96 = load_gpu("h100-96gb")
+    assert 835 < h96.bf16_tflops < 989 and h96.fp8_tflops == 2 * h96.bf16_tflops
+    assert (h96.hbm_gib, h96.tdp_w) == (95, 500)
+    assert h96.hbm_tb_per_s == pytest.approx(2.0 * 6 / 5)
 
 
 def test_unknown_preset_suggests_close_names():

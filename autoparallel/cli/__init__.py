@@ -1,21 +1,69 @@
 """Command line: `autoparallel estimate | plan | sweep | export | schema | presets ...`.
 
-Every command module registers itself on `app`. `main()` turns every `AutoParallelError` into a
-readable message on stderr and exit code 2; no traceback unless AUTOPARALLEL_DEBUG=1.
+The commands are registered by name (`COMMANDS`) and a command's module is imported only when
+that command runs or prints its help, so `autoparallel --help` loads neither numpy nor pandas nor
+Optuna. `main()` turns every `AutoParallelError` into a readable message on stderr and exit code
+2; no traceback unless AUTOPARALLEL_DEBUG=1.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import warnings
+from dataclasses import dataclass
+from typing import Annotated
 
 import typer
 
 from ..errors import AutoParallelError, InfeasibleError, InputWarning
+from .help import HelpCommand, LazyGroup
+
+
+@dataclass(frozen=True)
+class CommandEntry:
+    """A command as the top-level help lists it, and where it lives."""
+
+    module: str
+    """Module of `autoparallel.cli` that defines it (imported on first use)."""
+    summary: str
+    """One line: the command's help in `autoparallel --help` and the first line of its own."""
+    details: str
+    """Where the details are (README section or docs page)."""
+    panel: str
+    """Help panel of the command's own options that declare none (`cli.help`)."""
+
+
+COMMANDS: dict[str, CommandEntry] = {
+    "plan": CommandEntry("plan_cmd", "Rank every layout that fits, fastest first, and explain "
+                         "the winner.", "README.md#plan", "Search"),
+    "estimate": CommandEntry("estimate_cmd", "Memory per GPU and time per step of one layout "
+                             "(or of every row of a CSV).", "README.md#estimate", "Layout"),
+    "sweep": CommandEntry("sweep_cmd", "Plan a grid of problems into one CSV (one row per "
+                          "problem and ranked layout).", "README.md#sweep", "Problem"),
+    "export": CommandEntry("export_cmd", "Write the launcher file of one layout (Megatron, "
+                           "TorchTitan, DeepSpeed, Nanotron, Slurm).", "docs/export.md", "Export"),
+    "capacity": CommandEntry("capacity_cmd", "Days, GPU-hours, cost and energy to train a token "
+                             "budget, per GPU kind and count.", "README.md#capacity", "Capacity"),
+    "tune": CommandEntry("tune_cmd", "Measure the best predicted layouts with a real command; "
+                         "report measured vs predicted.", "README.md#tuning", "Tuning"),
+    "validate": CommandEntry("validate_cmd", "Predict measured runs and report the error per "
+                             "source and overall.", "docs/validation.md", "Validation"),
+    "calibrate": CommandEntry("validate_cmd", "Fit one GPU's efficiency knobs to measured runs "
+                              "and write a profile file.", "README.md#validate-and-calibrate",
+                              "Calibration"),
+    "presets": CommandEntry("info_cmd", "List the built-in model, GPU or software-stack "
+                            "presets.", "README.md#commands", "Options"),
+    "schema": CommandEntry("info_cmd", "Print the JSON Schema of an input spec or of a JSON "
+                           "output.", "README.md#commands", "Options"),
+}
+"""Every command, in the order `autoparallel --help` lists them."""
+
 
 app = typer.Typer(
     name="autoparallel",
+    cls=LazyGroup,
     help="Plan data x tensor x pipeline x context x expert parallelism for transformer training.",
     no_args_is_help=True,
     add_completion=False,
@@ -23,15 +71,46 @@ app = typer.Typer(
 )
 
 
-def _register() -> None:
-    from . import estimate_cmd, info_cmd  # noqa: F401  (modules register their commands)
+def command(name: str):
+    """Register the decorated function as command `name` (its summary from `COMMANDS`; the
+    function's docstring, when it has more than one paragraph, adds the details)."""
+    entry = COMMANDS[name]
 
-    for optional in ("plan_cmd", "sweep_cmd", "export_cmd", "validate_cmd", "tune_cmd", "capacity_cmd"):
-        try:
-            __import__(f"{__name__}.{optional}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{optional}":
-                raise
+    def decorate(fn):
+        doc = (fn.__doc__ or "").strip().split("\n\n", 1)
+        more = doc[1].strip() if len(doc) > 1 else ""
+        help_text = entry.summary + (f"\n\n{more}" if more else "") + f"\n\nDetails: {entry.details}"
+        return app.command(name, help=help_text, cls=HelpCommand)(fn)
+
+    return decorate
+
+
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        typer.echo(f"autoparallel {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.",
+                                          is_eager=True, callback=_version)] = False,
+) -> None:
+    """Plan data x tensor x pipeline x context x expert parallelism for transformer training."""
+
+
+def load_command(name: str):
+    """The Typer registration (`CommandInfo`) of command `name`, importing its module."""
+    importlib.import_module(f"{__name__}.{COMMANDS[name].module}")
+    return next(c for c in app.registered_commands if c.name == name)
+
+
+def _register() -> None:
+    """Import every command's module (tests that invoke `app` directly; `main` needs none)."""
+    for name in COMMANDS:
+        load_command(name)
 
 
 def err(message: str) -> None:
@@ -51,7 +130,6 @@ def _show_warning(message, category, filename, lineno, file=None, line=None,
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `autoparallel` console script."""
-    _register()
     warnings.showwarning = _show_warning
     debug = os.environ.get("AUTOPARALLEL_DEBUG") == "1"
     try:

@@ -12,15 +12,16 @@ from rich.console import Console
 from rich.table import Table
 
 from ..capacity_model import (CKPT_RESTORE_S, CKPT_WRITE_S, MTBF_GPU_HOURS, NODE_OVERHEAD,
-                        POWER_FRACTION, PUE, Assumptions, capacity_json, capacity_rows,
-                        parse_counts, parse_duration, parse_global_batch, parse_prices,
-                        parse_tokens, plot_capacity)
+                               POWER_FRACTION, PUE, Assumptions)
 from ..errors import SpecError
-from ..search.robust import RANK_BY
-from . import app
-from .options import Fmt, JobOptions, with_options
-from .render import ranked_table
-from .render import make_console
+from . import command
+from .options import PROBLEM, Fmt, FormatOpt, JobOptions, PlotOpt, with_options
+
+GOODPUT = "Goodput and energy"
+
+
+def _opt(flag: str, help_text: str, panel: str = "Capacity", metavar: str | None = None, **kw):
+    return typer.Option(flag, help=help_text, rich_help_panel=panel, metavar=metavar, **kw)
 
 
 def _band(mid, lo, hi, fmt: str) -> str:
@@ -30,6 +31,8 @@ def _band(mid, lo, hi, fmt: str) -> str:
 
 
 def print_capacity(out: dict, console: Console) -> None:
+    from .render import ranked_table
+
     job = out["job"]
     console.print(f"[b]{job['model']}[/b]: {job['tokens']:.3g} tokens, seq {job['seq_len']}, "
                   f"global batch {job['global_batch']} sequences ({job['global_batch_tokens']:,} "
@@ -63,42 +66,66 @@ def print_capacity(out: dict, console: Console) -> None:
         d = out["deadline"]
         for gpu, n in d["smallest_n_gpus"].items():
             verdict = (f"{n:,} GPUs" if n is not None else
-                       "none of the counts given (try more GPUs)")
+                       _more_gpus(out["rows"], gpu, d["days"]))
             console.print(f"deadline {d['days']:.0f} days at the slow end of the band, {gpu}: "
                           f"[b]{verdict}[/b]")
 
 
-@app.command("capacity")
+def _more_gpus(rows: list[dict], gpu: str, deadline_days: float) -> str:
+    """What the counts given say about the count a deadline needs: from the largest count that
+    fits, scaled linearly (the best case: more GPUs never scale better than linearly)."""
+    fitting = [r for r in rows if r["gpu"] == gpu and r["fits"] and math.isfinite(r["days_high"])]
+    if not fitting:
+        return "none of the counts given fits this model; give larger counts"
+    r = max(fitting, key=lambda r: r["n_gpus"])
+    need = math.ceil(r["n_gpus"] * r["days_high"] / deadline_days)
+    return (f"none of the counts given; the largest, {r['n_gpus']:,}, takes "
+            f"{r['days_high']:.1f} days, so at least {need:,} GPUs (linear scaling, the best "
+            f"case): try --gpus {r['n_gpus']}:{max(need * 2, r['n_gpus'] * 2)}:x2")
+
+
+@command("capacity")
 @with_options(job=JobOptions)
 def capacity_command(
     job: JobOptions,
-    model: Annotated[str, typer.Option("--model", help="Preset name, model TOML/JSON, or Hugging Face config.json.")],
-    tokens: Annotated[str, typer.Option("--tokens", help="Token budget: 15T, 2.5B, 300M (decimal) or a number.")],
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence.")],
-    global_batch: Annotated[str, typer.Option("--global-batch", help="Sequences per step (2048), or tokens with a K/M/B suffix in binary units (16M = 2^24 tokens = 2048 x 8192).")],
-    gpu: Annotated[str, typer.Option("--gpu", help="Comma-separated GPU presets: h100,h200,b200,mi300x.")],
-    gpus: Annotated[str, typer.Option("--gpus", help="GPU counts: 512,1024 or a range 512:4096:x2 (or :+512).")],
-    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs per node.")] = 8,
-    price: Annotated[Optional[str], typer.Option("--price", help="Price per GPU-hour per kind: h100=2.1,b200=3.5 (no built-in prices).", show_default=False)] = None,
-    deadline: Annotated[Optional[str], typer.Option("--deadline", help="Smallest count per GPU kind that trains within this (30d, 720h, 4w) at the slow end of the band.", show_default=False)] = None,
-    mtbf: Annotated[float, typer.Option("--mtbf", help="Mean time between interruptions per GPU, hours (default: Llama 3 report, 419 in 54 days on 16,384 H100).")] = MTBF_GPU_HOURS,
-    ckpt_write: Annotated[float, typer.Option("--ckpt-write", help="Seconds a checkpoint stalls training (assumed).")] = CKPT_WRITE_S,
-    ckpt_restore: Annotated[float, typer.Option("--ckpt-restore", help="Seconds from an interruption to training again (assumed).")] = CKPT_RESTORE_S,
-    power_fraction: Annotated[float, typer.Option("--power-fraction", help="Average GPU power / TDP (1.0: Llama 3 model card convention).")] = POWER_FRACTION,
-    node_overhead: Annotated[float, typer.Option("--node-overhead", help="Host power per watt of GPU power (DGX H100: 10.2 kW max, 8 x 700 W GPUs).")] = NODE_OVERHEAD,
-    pue: Annotated[float, typer.Option("--pue", help="Data-centre PUE (Google fleet 2023: 1.10).")] = PUE,
-    rank_by: Annotated[str, typer.Option("--rank-by", help="Layout per row: time (fastest) or robust (see plan).")] = "time",
-    fmt: Annotated[Fmt, typer.Option("--format", help="table, json or csv.")] = Fmt.table,
-    plot: Annotated[Optional[str], typer.Option("--plot", help="Write a PNG of days (with bands) against GPU count per GPU kind.", show_default=False)] = None,
+    model: Annotated[str, _opt("--model", "Model: a preset name, a TOML/JSON file or a Hugging Face config.json.", PROBLEM, "NAME|FILE")],
+    seq_len: Annotated[str, _opt("--seq-len", "Tokens per sequence, e.g. 8192 or 8K.", PROBLEM, "N")],
+    global_batch: Annotated[str, _opt("--global-batch", "Sequences per step (2048), or tokens with a suffix (16M = 2^24 tokens).", PROBLEM, "N")],
+    gpu: Annotated[str, _opt("--gpu", "GPU kinds, comma-separated: h100,h200,b200.", PROBLEM, "LIST")],
+    gpus: Annotated[str, _opt("--gpus", "GPU counts: 512,1024, 16K or a range 512:4096:x2 (or :+512).", PROBLEM, "LIST")],
+    tokens: Annotated[str, _opt("--tokens", "Token budget: 15T, 2.5B, 300M (decimal) or a number.", metavar="N")],
+    gpus_per_node: Annotated[int, _opt("--gpus-per-node", "GPUs per node.", PROBLEM, "N")] = 8,
+    price: Annotated[Optional[str], _opt("--price", "Price per GPU-hour per kind: h100=2.1,b200=3.5 (no built-in prices).", metavar="LIST", show_default=False)] = None,
+    deadline: Annotated[Optional[str], _opt("--deadline", "Smallest count per GPU kind that trains within this (30d, 720h, 4w) at the slow end of the band.", metavar="DURATION", show_default=False)] = None,
+    rank_by: Annotated[str, _opt("--rank-by", "Layout per row: time (fastest) or robust (see plan).", metavar="time|robust")] = "time",
+    mtbf: Annotated[float, _opt("--mtbf", "Mean time between interruptions per GPU, hours (Llama 3 report).", GOODPUT, "HOURS")] = MTBF_GPU_HOURS,
+    ckpt_write: Annotated[float, _opt("--ckpt-write", "Seconds a checkpoint stalls training (assumed).", GOODPUT, "SECONDS")] = CKPT_WRITE_S,
+    ckpt_restore: Annotated[float, _opt("--ckpt-restore", "Seconds from an interruption to training again (assumed).", GOODPUT, "SECONDS")] = CKPT_RESTORE_S,
+    power_fraction: Annotated[float, _opt("--power-fraction", "Average GPU power / TDP (Llama 3 model card: 1.0).", GOODPUT, "FLOAT")] = POWER_FRACTION,
+    node_overhead: Annotated[float, _opt("--node-overhead", "Host power per watt of GPU power (DGX H100).", GOODPUT, "FLOAT")] = NODE_OVERHEAD,
+    pue: Annotated[float, _opt("--pue", "Data-centre PUE (Google fleet 2023).", GOODPUT, "FLOAT")] = PUE,
+    fmt: FormatOpt = Fmt.table,
+    plot: PlotOpt = None,
 ) -> None:
     """Days, GPU-hours, cost and energy to train a token budget, per GPU kind and count, with
     error bands and goodput (interruptions, checkpoints, restarts)."""
+    from ..capacity_model import (capacity_json, capacity_rows, parse_counts, parse_duration,
+                                   parse_prices, plot_capacity)
+    from ..limits import MAX_SEQ_LEN
+    from ..search.robust import RANK_BY
+    from ..values import parse_count, parse_global_batch, parse_tokens
+    from .outputs import check_output
+
     if rank_by not in RANK_BY:
         raise SpecError(f"`--rank-by` = {rank_by!r}: choose {' or '.join(RANK_BY)}")
+    check_output("--plot", plot, plot=True)
     kinds = [g.strip() for g in gpu.split(",") if g.strip()]
     counts = parse_counts(gpus)
     prices = parse_prices(price, kinds)
     days = parse_duration(deadline) if deadline else None
+    seq_len = parse_count(seq_len, "--seq-len", high=MAX_SEQ_LEN)
+    parse_tokens(tokens)
+    parse_global_batch(global_batch, seq_len)
     a = Assumptions(mtbf_gpu_hours=mtbf, ckpt_write_s=ckpt_write, ckpt_restore_s=ckpt_restore,
                     power_fraction=power_fraction, node_overhead=node_overhead, pue=pue)
     rows = capacity_rows(model, tokens, seq_len, global_batch, kinds, counts, prices=prices,
@@ -116,6 +143,8 @@ def capacity_command(
 
         typer.echo(pd.DataFrame(rows).to_csv(index=False), nl=False)
     else:
+        from .render import make_console
+
         print_capacity(out, make_console())
     if plot:
         plot_capacity(rows, plot, title=f"{out['job']['model']}, {out['job']['tokens']:.3g} tokens")

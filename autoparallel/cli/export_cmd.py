@@ -10,30 +10,17 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import ExportError, InfeasibleError, SpecError
-from ..specs.layout import CpComm, Layout, Recompute
-from . import app
-from .options import ProblemOptions, with_problem_options
+from . import command
+from .options import (OUTPUT, ProblemOptions, layout_options_class, with_options)
 
-IntOpt = Annotated[Optional[int], typer.Option(show_default=False)]
-
-
-def _layout_from_flags(values: dict) -> Layout:
-    given = {k: v for k, v in values.items() if v is not None}
-    try:
-        if "stage_layers" in given:
-            from ..specs.layout import parse_stage_layers
-
-            given["stage_layers"] = parse_stage_layers(given["stage_layers"])
-        return Layout(**given)
-    except ValueError as exc:
-        from ..errors import format_validation_error
-
-        raise SpecError(format_validation_error(exc, "layout")) from None
+EXPORT = "Export"
+SLURM = "Slurm (--target slurm)"
 
 
-def _ranked_layout(problem, rank: int, target: str) -> Layout:
-    """The `rank`-th layout of `plan --target target`: ranks count among the layouts the target
-    can launch, as `plan --target` lists them."""
+def _ranked_layout(problem, rank: int, target: str):
+    """The `rank`-th layout of `plan --target target` for this problem (the stack given, else
+    the one the target runs): ranks count among the layouts the target can launch, as `plan
+    --target` lists them."""
     from ..search.explain import nothing_fits_message
     from ..search.plan import plan
 
@@ -48,7 +35,7 @@ def _ranked_layout(problem, rank: int, target: str) -> Layout:
     return result.ranked.table.row(rank - 1)
 
 
-def _warn_if_unfit(problem, layout: Layout) -> None:
+def _warn_if_unfit(problem, layout) -> None:
     from ..evaluate import estimate
     from ..rules import active_rules
 
@@ -56,10 +43,15 @@ def _warn_if_unfit(problem, layout: Layout) -> None:
         rec = estimate(problem, layout, rules=active_rules(disabled=["tp_in_node"]))
     except SpecError:
         return
+    mem = rec["memory_gib"]
     if not rec["fits"]:
-        mem = rec["memory_gib"]
-        typer.echo(f"warning: {layout.resolved(problem.cluster.n_gpus).slug} is predicted not to "
-                   f"fit: {mem['total']:.1f} GiB per GPU of {mem['usable']:.1f} usable", err=True)
+        typer.echo(f"warning: {rec['slug']} is predicted not to fit: "
+                   f"{mem['usable'] - mem['headroom']:.1f} GiB per GPU of its "
+                   f"{mem['usable']:.1f} usable", err=True)
+    elif rec["memory_risk"]:
+        typer.echo(f"warning: {rec['slug']} may run out of memory: its memory band reaches "
+                   f"{mem['total_high']:.1f} GiB per GPU, above its {mem['usable']:.1f} usable",
+                   err=True)
 
 
 def _write(path: str, text: str) -> None:
@@ -73,57 +65,38 @@ def _write(path: str, text: str) -> None:
         raise SpecError(f"--output {path}: cannot write ({exc.strerror or exc})") from None
 
 
-@app.command("export")
-@with_problem_options
+def _opt(flag: str, help_text: str, panel: str = EXPORT, metavar: str = "TEXT"):
+    return typer.Option(flag, help=help_text, rich_help_panel=panel, metavar=metavar,
+                        show_default=False)
+
+
+@command("export")
+@with_options(problem=ProblemOptions, layout=layout_options_class)
 def export_command(
     problem: ProblemOptions,
-    target: Annotated[Optional[str], typer.Option("--target", help="megatron, torchtitan, deepspeed, nanotron or slurm.", show_default=False)] = None,
-    output: Annotated[Optional[str], typer.Option("--output", help="File to write (default: stdout).", show_default=False)] = None,
-    rank: Annotated[Optional[int], typer.Option("--rank", help="Export the N-th layout of `autoparallel plan` (1 = fastest).", show_default=False)] = None,
-    dp: Annotated[Optional[int], typer.Option(help="Data-parallel degree (default: derived).", show_default=False)] = None,
-    tp: Annotated[Optional[int], typer.Option(help="Tensor-parallel degree [1].", show_default=False)] = None,
-    pp: Annotated[Optional[int], typer.Option(help="Pipeline-parallel degree [1].", show_default=False)] = None,
-    vp: Annotated[Optional[int], typer.Option(help="Virtual stages per pipeline rank [1].", show_default=False)] = None,
-    cp: Annotated[Optional[int], typer.Option(help="Context-parallel degree [1].", show_default=False)] = None,
-    cp_comm: Annotated[Optional[CpComm], typer.Option(help="Context-parallel form with cp > 1: ring, a2a, allgather, a2a+ring; default ring.", show_default=False)] = None,
-    cp_a2a: Annotated[Optional[int], typer.Option(help="With --cp-comm a2a+ring: ranks per all-to-all group.", show_default=False)] = None,
-    ep: Annotated[Optional[int], typer.Option(help="Expert-parallel degree [1].", show_default=False)] = None,
-    zero: Annotated[Optional[int], typer.Option(help="ZeRO stage 0-3 [1].", show_default=False)] = None,
-    recompute: Annotated[Optional[Recompute], typer.Option(help="Activation recomputation [none].", show_default=False)] = None,
-    sp: Annotated[Optional[bool], typer.Option("--sp/--no-sp", help="Sequence parallelism (default: on when tp > 1).", show_default=False)] = None,
-    micro_batch: Annotated[Optional[int], typer.Option(help="Sequences per micro-batch [1].", show_default=False)] = None,
-    stage_layers: Annotated[Optional[str], typer.Option(help="Layers per pipeline stage, e.g. 7,8x14,7 [even].", show_default=False)] = None,
-    schedule: Annotated[Optional[str], typer.Option(help="Pipeline schedule [1f1b; interleaved with vp > 1].", show_default=False)] = None,
-    recompute_num_layers: Annotated[Optional[int], typer.Option(help="With --recompute full: recompute only the first N layers of each model chunk [all].", show_default=False)] = None,
-    recompute_modules: Annotated[Optional[str], typer.Option(help="With --recompute selective: modules re-run, comma-separated (Megatron --recompute-modules) [core_attn].", show_default=False)] = None,
-    recompute_group: Annotated[Optional[int], typer.Option(help="With --recompute full: uniform checkpoint groups of N layers (Megatron --recompute-method uniform) [1].", show_default=False)] = None,
-    offload_layers: Annotated[Optional[int], typer.Option(help="Activation offload of the first N layers of each stage (Megatron-Core --cpu-offloading-num-layers) [0].", show_default=False)] = None,
-    optimizer_offload: Annotated[Optional[float], typer.Option(help="Share of the optimizer state offloaded to the host (Megatron --optimizer-offload-fraction) [0].", show_default=False)] = None,
-    from_csv: Annotated[Optional[str], typer.Option("--from", help="Sweep CSV holding the problem and the layout (with --row).", show_default=False)] = None,
-    row: Annotated[Optional[int], typer.Option("--row", help="Data row of the --from CSV, numbered from 1.", show_default=False)] = None,
-    target_version: Annotated[Optional[str], typer.Option("--target-version", help="Launcher release for torchtitan: 0.3 (current, Python config module) or 0.2 / 0.2.2 (TOML).", show_default=False)] = None,
-    time: Annotated[Optional[str], typer.Option("--time", help="slurm: #SBATCH --time (e.g. 2:00:00); written only when given.", show_default=False)] = None,
-    partition: Annotated[Optional[str], typer.Option("--partition", help="slurm: #SBATCH --partition.", show_default=False)] = None,
-    account: Annotated[Optional[str], typer.Option("--account", help="slurm: #SBATCH --account.", show_default=False)] = None,
-    qos: Annotated[Optional[str], typer.Option("--qos", help="slurm: #SBATCH --qos.", show_default=False)] = None,
+    layout,
+    target: Annotated[Optional[str], _opt("--target", "Launcher: megatron, torchtitan, deepspeed, nanotron or slurm.", metavar="NAME")] = None,
+    rank: Annotated[Optional[int], _opt("--rank", "Export the N-th layout of `autoparallel plan --target NAME` (1 = fastest).", metavar="N")] = None,
+    from_csv: Annotated[Optional[str], _opt("--from", "Sweep CSV holding the problem and the layout (with --row).", metavar="CSV")] = None,
+    row: Annotated[Optional[int], _opt("--row", "Data row of the --from CSV, numbered from 1.", metavar="N")] = None,
+    target_version: Annotated[Optional[str], _opt("--target-version", "torchtitan release: 0.3 (Python config module) or 0.2 (TOML).", metavar="VERSION")] = None,
+    output: Annotated[Optional[str], _opt("--output", "File to write (default: stdout).", OUTPUT, "FILE")] = None,
+    time: Annotated[Optional[str], _opt("--time", "#SBATCH --time, e.g. 2:00:00 (written only when given).", SLURM)] = None,
+    partition: Annotated[Optional[str], _opt("--partition", "#SBATCH --partition.", SLURM)] = None,
+    account: Annotated[Optional[str], _opt("--account", "#SBATCH --account.", SLURM)] = None,
+    qos: Annotated[Optional[str], _opt("--qos", "#SBATCH --qos.", SLURM)] = None,
 ) -> None:
-    """Write a launcher file for one layout: --rank N of the plan, layout flags, or --from CSV --row K."""
+    """Write a launcher file for one layout: --rank N of the plan, --layout SLUG or layout flags,
+    or --from CSV --row K."""
     from ..exporters import EXPORTERS, get_exporter, render
+    from .outputs import check_output
 
     if target is None:
         raise SpecError(f"missing --target: choose one of {', '.join(EXPORTERS)}")
     sbatch = {"time": time, "partition": partition, "account": account, "qos": qos}
     exporter = get_exporter(target, target_version, **sbatch)
-    flags = {"dp": dp, "tp": tp, "pp": pp, "vp": vp, "cp": cp, "cp_comm": cp_comm,
-             "cp_a2a": cp_a2a, "ep": ep, "zero": zero,
-             "recompute": recompute, "sp": sp, "micro_batch": micro_batch,
-             "stage_layers": stage_layers, "schedule": schedule,
-             "recompute_layers": recompute_num_layers, "recompute_group": recompute_group,
-             "recompute_modules": recompute_modules.split(",") if recompute_modules else None,
-             "offload_layers": offload_layers, "optimizer_offload": optimizer_offload}
-    cli_name = {"recompute_layers": "recompute_num_layers"}
-    layout_flags = [f"--{cli_name.get(k, k).replace('_', '-')}" for k, v in flags.items()
-                    if v is not None]
+    check_output("--output", output)
+    layout_flags = layout.flags()
     if from_csv is not None:
         problem_flags = problem.given() + (["--rank"] if rank is not None else [])
         if problem_flags or layout_flags:
@@ -133,27 +106,38 @@ def export_command(
             raise SpecError("--from needs --row K (data rows are numbered from 1)")
         from ..exporters.from_csv import read_sweep_row
 
-        problem, layout = read_sweep_row(from_csv, row)
+        built, lay = read_sweep_row(from_csv, row)
     else:
         if row is not None:
             raise SpecError("--row needs --from sweep.csv")
-        problem = problem.for_target(target).build()
         if rank is not None and layout_flags:
             raise SpecError(f"give either --rank or layout flags, not both (got --rank and "
                             f"{', '.join(layout_flags)})")
-        if rank is not None:
-            layout = _ranked_layout(problem, rank, target)
-        elif layout_flags:
-            layout = _layout_from_flags(flags)
-        else:
+        if rank is None and not layout_flags:
             raise SpecError("which layout? give --rank N (the N-th of `autoparallel plan`), "
-                            "layout flags (--tp 8 --pp 4 ...), or --from sweep.csv --row K")
-    text = render(target, problem, layout, target_version, **sbatch)
+                            "--layout SLUG or layout flags (--tp 8 --pp 4 ...), or --from "
+                            "sweep.csv --row K")
+        lay = layout.layout() if layout_flags else None
+        problem.check()
+        if rank is not None:
+            _, note = problem.implied_stack(target)
+            if note and problem.stack is None:
+                typer.echo(f"note: {note}; --rank {rank} is rank {rank} of `autoparallel plan "
+                           f"--target {target}` on that stack", err=True)
+        built = problem.for_target(target).build()
+        if rank is not None:
+            lay = _ranked_layout(built, rank, target)
+    from ..search.splits import with_default_split
+
+    lay, split_note = with_default_split(built, lay)
+    text = render(target, built, lay, target_version, **sbatch)
+    if split_note:
+        typer.echo(f"note: {split_note}", err=True)
     if rank is None:
-        _warn_if_unfit(problem, layout)
+        _warn_if_unfit(built, lay)
     from ..exporters import Job
 
-    note = exporter.companion(Job.of(problem, layout))
+    note = exporter.companion(Job.of(built, lay))
     if note and output:
         _write(output + ".notes.txt", note)
         typer.echo(f"wrote what the model code must provide to {output}.notes.txt", err=True)
@@ -162,6 +146,6 @@ def export_command(
     if output:
         _write(output, text)
         typer.echo(f"wrote {exporter.summary.split(':')[0]} for "
-                   f"{layout.resolved(problem.cluster.n_gpus).slug} to {output}", err=True)
+                   f"{lay.resolved(built.cluster.n_gpus).slug} to {output}", err=True)
     else:
         typer.echo(text, nl=False)

@@ -24,16 +24,36 @@ def check_output(flag: str, path: str | None, *, plot: bool = False,
     p = Path(path)
     known = PLOT_SUFFIXES if plot else suffixes
     if known and p.suffix.lower() not in known:
-        raise SpecError(f"`{flag}` = {str(path)!r}: unknown file type {p.suffix or '(none)'!r}; "
+        raise SpecError(f"`{flag}` = {short_path(path)!r}: unknown file type {p.suffix or '(none)'!r}; "
                         f"use {', '.join(known)}")
-    if p.is_dir():
-        raise SpecError(f"`{flag}` = {str(path)!r} is a directory: give a file path inside it")
+    try:
+        _check_writable(flag, path, p)
+    except OSError as exc:  # a name too long for the file system, a loop of links, ...
+        raise SpecError(f"`{flag}` = {short_path(path)!r}: cannot be written here "
+                        f"({exc.strerror or exc}); give a shorter or other path") from None
+
+
+def short_path(path) -> str:
+    """The path as an error message shows it: whole up to 80 characters, else its ends."""
+    text = str(path)
+    return text if len(text) <= 80 else f"{text[:40]}...{text[-30:]} ({len(text)} characters)"
+
+
+def _check_writable(flag: str, path, p: Path) -> None:
     parent = p.parent if str(p.parent) else Path(".")
+    limit = os.pathconf(parent, "PC_NAME_MAX") if parent.is_dir() and hasattr(os, "pathconf") \
+        else 255
+    if len(p.name.encode()) > limit:
+        raise SpecError(f"`{flag}` = {short_path(path)!r}: the file name is {len(p.name.encode())} "
+                        f"bytes, more than the {limit} this file system allows; give a "
+                        "shorter name")
+    if p.is_dir():
+        raise SpecError(f"`{flag}` = {short_path(path)!r} is a directory: give a file path inside it")
     if not parent.is_dir():
-        raise SpecError(f"`{flag}` = {str(path)!r}: directory {str(parent)!r} does not exist; "
+        raise SpecError(f"`{flag}` = {short_path(path)!r}: directory {short_path(parent)!r} does not exist; "
                         "create it first or write elsewhere")
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise SpecError(f"`{flag}` = {str(path)!r}: not writable (permission denied); "
+        raise SpecError(f"`{flag}` = {short_path(path)!r}: not writable (permission denied); "
                         "write elsewhere")
 
 

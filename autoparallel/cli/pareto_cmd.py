@@ -25,8 +25,13 @@ def run_pareto(problem, space, rules, second, top, fmt, storage, study_name) -> 
         front = time_gpus_front(make_for, problem.cluster.n_gpus, problem.cluster.gpus_per_node,
                                 space, rules)
         if not front.points:
-            raise InfeasibleError(f"no GPU count up to {problem.cluster.n_gpus} fits "
-                                  f"{problem.model.name}; try more GPUs or --recompute full")
+            from ..search.next_steps import next_steps
+            from ..search.plan import plan
+
+            steps = next_steps(plan(problem, space, top=1, keep=0, rules=rules), rules)
+            raise InfeasibleError("\n".join(
+                [f"no GPU count up to {problem.cluster.n_gpus} fits {problem.model.name}"]
+                + [f"next step: {s}" for s in steps]))
     if storage or study_name:
         add_front_to_study(front, storage, study_name)
     points = front.points[:top] if second == "gpus" else front.points

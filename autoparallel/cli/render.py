@@ -8,19 +8,19 @@ from rich.columns import Columns
 from rich.console import Console
 from rich.table import Table
 
-from ..evaluate import TIME_KEYS
-
 _MEM_PARTS = ("params", "grads", "optimizer", "activations", "embedding_logits", "overhead")
-_TIME_PARTS = tuple(k for k in TIME_KEYS if k != "step")
 
 def _bar(frac: float, width: int = 20) -> str:
     n = max(0, min(width, round(frac * width)))
     return "█" * n + "·" * (width - n)
 
 def layout_slug(rec: dict) -> str:
-    """The layout's slug (`Layout.slug`) from an estimate record."""
+    """The layout's slug (`Layout.slug`) from an estimate record: its `slug` (estimate JSON
+    from schema version 5), else rebuilt from its `layout` object."""
     from ..specs.layout import Layout
 
+    if rec.get("slug"):
+        return rec["slug"]
     lay = rec["layout"]
     fields = {k: lay[k] for k in ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp")}
     fields |= {k: lay.get(k) for k in ("cp_comm", "cp_a2a")}
@@ -130,7 +130,10 @@ def breakdown_tables(rec: dict) -> Columns:
     mem, tm = rec["memory_gib"], rec["time_s"]
     mt = _breakdown("memory per GPU (GiB)", "GiB", mem, _MEM_PARTS, mem["total"],
                     f"of {mem['usable']:.1f} usable ({mem['capacity']:.0f} HBM)")
-    tt = _breakdown("time per step (s)", "s", tm, _TIME_PARTS, tm["step"], "")
+    from ..evaluate import TIME_KEYS
+
+    parts = tuple(k for k in TIME_KEYS if k != "step")
+    tt = _breakdown("time per step (s)", "s", tm, parts, tm["step"], "")
     return Columns([mt, tt], padding=(0, 4))
 
 
@@ -156,17 +159,27 @@ def make_console(stderr: bool = False) -> Console:
 
 
 def print_estimate(rec: dict, console: Console | None = None) -> None:
-    """Header line plus both breakdowns."""
+    """Header line, the figures with their error bands, then both breakdowns."""
+    from ..search.explain import usable_basis_of
+
     console = console or make_console()
+    mem, ts = rec["memory_gib"], rec["time_s"]
     fits = "[green]fits[/green]" if rec["fits"] else "[red]does not fit[/red]"
+    risk = ("; [red]memory risk[/red]: the band's upper end exceeds the usable memory"
+            if rec["memory_risk"] else "")
     console.print(
-        f"[b]{rec['model']}[/b] ({params_label(rec['model_params'])}) on {rec['n_gpus']} x {rec['gpu']}  layout [b]{layout_slug(rec)}[/b]"
-        f"  grad_accum {rec['layout']['grad_accum']}"
+        f"[b]{rec['model']}[/b] ({params_label(rec['model_params'])}) on {rec['n_gpus']} x "
+        f"{rec['gpu']}; {rec['job']['stack']}, {rec['job']['precision']}  layout "
+        f"[b]{layout_slug(rec)}[/b]  grad_accum {rec['layout']['grad_accum']}"
     )
     console.print(
-        f"{fits}: {rec['memory_gib']['total']:.1f} GiB of {rec['memory_gib']['usable']:.1f} usable;"
-        f" step {rec['time_s']['step']:.3f} s, MFU {rec['mfu'] * 100:.1f}%,"
-        f" {rec['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU"
+        f"{fits}: {mem['total']:.1f} GiB (band up to {mem['total_high']:.1f}) of "
+        f"{mem['usable']:.1f} usable ({usable_basis_of(rec)}){risk}"
+    )
+    band = rec["band"]
+    console.print(
+        f"step {ts['step']:.3f} s (band {ts['step_low']:.3g}-{ts['step_high']:.3g} s: p10-p90 of "
+        f"{band['step_runs']} validation runs, {band['step_level']} level), MFU "
+        f"{rec['mfu'] * 100:.1f}%, {rec['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU"
     )
     console.print(breakdown_tables(rec))
-

@@ -5,16 +5,35 @@ from __future__ import annotations
 from typing import Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import SpecError
-from ..search.space import parse_int_list
-from ..search.sweep import SweepSpec, load_sweep_file, run_sweep
-from . import app
+from ..limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN
+from ..values import parse_count_list
+from . import command
+from .options import (OUTPUT, PROBLEM, SEARCH, JobOptions, RecomputeNumLayers, SearchOptions,
+                      block_recompute_fields, with_options)
 from .outputs import check_output
-from .options import (
-    JobOptions, RecomputeNumLayers, SearchOptions, block_recompute_fields, with_options,
-)
+
+
+def _list(flag: str, help_text: str, metavar: str = "LIST", panel: str = PROBLEM):
+    return Annotated[Optional[str], typer.Option(flag, help=help_text, rich_help_panel=panel,
+                                                 metavar=metavar, show_default=False)]
+
+
+def _global_batches(text: str | None, seq_lens: list[int] | None) -> list[int] | None:
+    """`--global-batch` of a sweep: sequences (512,2048), or tokens with a suffix (16M) when one
+    sequence length is swept (a token batch is a different sequence count per length)."""
+    from ..values import parse_global_batch
+
+    if text is None:
+        return None
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if any(not x.isdigit() for x in items) and (seq_lens is None or len(seq_lens) != 1):
+        raise SpecError(f"`--global-batch` = {text!r}: a batch in tokens (a K, M or G suffix) "
+                        "needs exactly one --seq-len in a sweep; give sequences, e.g. 512,2048")
+    seq = seq_lens[0] if seq_lens else None
+    return parse_count_list(",".join(str(parse_global_batch(x, seq, high=MAX_GLOBAL_BATCH))
+                                     for x in items) or None, "--global-batch")
 
 
 def _names(text, flag):
@@ -26,24 +45,26 @@ def _names(text, flag):
     return names
 
 
-@app.command("sweep")
+@command("sweep")
 @with_options(job=JobOptions)
 def sweep_command(
     job: JobOptions,
-    sweep_file: Annotated[Optional[str], typer.Argument(help="Sweep TOML ([sweep] and optional [space]).", show_default=False)] = None,
-    output: Annotated[Optional[str], typer.Option("--output", help="CSV to write (resumed if it exists).", show_default=False)] = None,
-    model: Annotated[Optional[str], typer.Option(help="Comma-separated models.", show_default=False)] = None,
-    gpu: Annotated[Optional[str], typer.Option(help="Comma-separated GPU kinds.", show_default=False)] = None,
-    gpus: Annotated[Optional[str], typer.Option(help="Comma-separated GPU counts.", show_default=False)] = None,
-    seq_len: Annotated[Optional[str], typer.Option(help="Comma-separated sequence lengths.", show_default=False)] = None,
-    global_batch: Annotated[Optional[str], typer.Option(help="Comma-separated global batches.", show_default=False)] = None,
-    gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs per node.", show_default=False)] = None,
-    top: Annotated[Optional[int], typer.Option(help="Layouts per problem.", show_default=False)] = None,
-    allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let TP groups span nodes.")] = False,
-    target: Annotated[Optional[str], typer.Option(help="Keep only layouts this launcher can run.", show_default=False)] = None,
+    sweep_file: Annotated[Optional[str], typer.Argument(help="Sweep TOML: a [sweep] table and an optional [space] table.", metavar="SWEEP_FILE", show_default=False)] = None,
+    model: _list("--model", "Models, comma-separated (presets or files).") = None,
+    gpu: _list("--gpu", "GPU kinds, comma-separated.") = None,
+    gpus: _list("--gpus", "GPU counts, e.g. 8,64,512, 16K or 512:4096:x2.") = None,
+    seq_len: _list("--seq-len", "Sequence lengths, e.g. 4096,8K.") = None,
+    global_batch: _list("--global-batch", "Global batches in sequences, e.g. 512,2048 (or tokens, 16M, with one --seq-len).") = None,
+    gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs per node.", rich_help_panel=PROBLEM, metavar="N", show_default=False)] = None,
+    top: Annotated[Optional[int], typer.Option(help="Layouts per problem [default: the file's, else 10].", rich_help_panel=SEARCH, metavar="N", show_default=False)] = None,
+    allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let TP groups span nodes.", rich_help_panel=SEARCH)] = False,
+    target: Annotated[Optional[str], typer.Option(help="Keep only layouts this launcher can write.", rich_help_panel=SEARCH, metavar="NAME", show_default=False)] = None,
     recompute_num_layers: RecomputeNumLayers = None,
+    output: Annotated[Optional[str], typer.Option("--output", help="CSV to write (resumed when it exists).", rich_help_panel=OUTPUT, metavar="FILE", show_default=False)] = None,
 ) -> None:
     """Plan a grid of problems into one CSV (one row per problem and ranked layout)."""
+    from ..search.sweep import SweepSpec, load_sweep_file, run_sweep
+
     job = job.for_target(target)
     if not output:
         raise SpecError("missing --output: a sweep writes a CSV (it resumes when the file exists)")
@@ -53,10 +74,13 @@ def sweep_command(
     else:
         spec, space = None, SearchOptions().search_space()
     space = space.narrowed(**block_recompute_fields(recompute_num_layers))
+    seq_lens = parse_count_list(seq_len, "--seq-len", high=MAX_SEQ_LEN)
     overrides = {
         "model": _names(model, "--model"), "gpu": _names(gpu, "--gpu"),
-        "gpus": parse_int_list(gpus, "--gpus"), "seq_len": parse_int_list(seq_len, "--seq-len"),
-        "global_batch": parse_int_list(global_batch, "--global-batch"),
+        "gpus": parse_count_list(gpus, "--gpus", ranges=True, high=MAX_GPUS),
+        "seq_len": seq_lens,
+        "global_batch": _global_batches(global_batch,
+                                        seq_lens or (spec.seq_len if spec else None)),
         "gpus_per_node": gpus_per_node, "top": top, "target": target,
     } | job.job()
     for key in ("stack", "precision"):  # comma lists are swept
@@ -75,6 +99,9 @@ def sweep_command(
 
         raise SpecError(format_validation_error(exc, "sweep")) from None
     rules = SearchOptions(allow_tp_across_nodes=allow_tp_across_nodes).rules()
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn)
+
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), transient=False) as bar:
         task = bar.add_task("sweep", total=None)

@@ -16,12 +16,13 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import SpecError
-from . import app
+from . import command
+from .options import OUTPUT
 from .outputs import check_output, working
 from .render import fitted_table, make_console, stacked_table
 
-RunsOpt = Annotated[Optional[str], typer.Option("--runs", help="CSV of measured runs (columns of the shipped autoparallel/data/published_runs.csv, the default).", show_default=False)]
-StackOpt = Annotated[Optional[str], typer.Option("--stack", help="Use only the runs of this software stack (autoparallel presets stacks).", show_default=False)]
+RunsOpt = Annotated[Optional[str], typer.Option("--runs", help="CSV of measured runs (the columns of autoparallel/data/published_runs.csv) [default: the shipped runs].", metavar="CSV", show_default=False)]
+StackOpt = Annotated[Optional[str], typer.Option("--stack", help="Use only the runs of this software stack (autoparallel presets stacks).", metavar="NAME", show_default=False)]
 
 
 def _load(runs: str | None, include_fp16: bool, stack: str | None):
@@ -201,15 +202,15 @@ def _memory_report(console, path: str | None, speed_mem_err=None) -> None:
                       f"{_apct(err.median())}, p90 {_apct(err.quantile(0.9))}")
 
 
-@app.command("validate")
+@command("validate")
 def validate_command(
     runs: RunsOpt = None,
     stack: StackOpt = None,
-    output: Annotated[Optional[str], typer.Option("--output", help="Write one row per used run (prediction, measurement, errors) to this CSV.", show_default=False)] = None,
-    plot: Annotated[Optional[str], typer.Option("--plot", help="Write a predicted-vs-measured scatter (PNG).", show_default=False)] = None,
-    profile: Annotated[Optional[list[str]], typer.Option("--profile", help="Calibrated profile TOML (repeatable; a file's `gpu` key says which GPU it applies to).", show_default=False)] = None,
+    output: Annotated[Optional[str], typer.Option("--output", help="Write one row per used run (prediction, measurement, errors) to this CSV.", rich_help_panel=OUTPUT, metavar="FILE", show_default=False)] = None,
+    plot: Annotated[Optional[str], typer.Option("--plot", help="Write a predicted-vs-measured scatter (.png, .svg or .pdf).", rich_help_panel=OUTPUT, metavar="FILE", show_default=False)] = None,
+    profile: Annotated[Optional[list[str]], typer.Option("--profile", help="Calibrated profile TOML (repeatable; its `gpu` key says which GPU it applies to).", metavar="FILE", show_default=False)] = None,
     include_fp16: Fp16Opt = False,
-    memory_runs: Annotated[Optional[str], typer.Option("--memory-runs", help="CSV of runs with measured per-GPU memory (columns of the shipped autoparallel/data/memory_runs.csv, the default; 'none' to skip): memory error per source and definition, OOM verdicts.", show_default=False)] = None,
+    memory_runs: Annotated[Optional[str], typer.Option("--memory-runs", help="CSV of runs with measured per-GPU memory (the columns of autoparallel/data/memory_runs.csv; none to skip) [default: the shipped runs].", metavar="CSV", show_default=False)] = None,
 ) -> None:
     """Predict measured runs and report the error per source and overall."""
     from ..validation.loso import profiles_from_files
@@ -242,15 +243,37 @@ def validate_command(
         console.print(f"plot -> {plot}")
 
 
-@app.command("calibrate")
+def _plausible(cases, gpus):
+    """The runs of `gpus` no faster than their GPUs' peak allows; a warning on stderr names
+    the others (`validation.plausible`), which no efficiency knob can explain."""
+    from ..validation.plausible import implied_mfu
+
+    keep, dropped = [], []
+    for c in cases:
+        if c.gpu in gpus:
+            mfu = implied_mfu(c.problem(), c.measured_step_s)
+            if mfu > 1:
+                dropped.append(f"{c.row_id} ({c.source}: {c.measured_step_s:.4g} s per step = "
+                               f"{mfu:.0%} MFU)")
+                continue
+        keep.append(c)
+    if dropped:
+        typer.echo(f"warning: {len(dropped)} run(s) left out of the fit: faster than their GPUs' "
+                   f"peak allows (more than 100 % MFU): {'; '.join(dropped[:5])}"
+                   + ("; ..." if len(dropped) > 5 else "") + "; check their step time or "
+                   "throughput columns", err=True)
+    return keep
+
+
+@command("calibrate")
 def calibrate_command(
-    gpu: Annotated[str, typer.Option("--gpu", help="GPU preset whose runs are fitted (one chip's memory sizes are fitted together, e.g. a100-40gb + a100-80gb).")],
-    output: Annotated[str, typer.Option("--output", help="Profile TOML to write (use with --profile).")],
+    gpu: Annotated[str, typer.Option("--gpu", help="GPU preset whose runs are fitted (a chip's memory sizes together, e.g. a100-40gb and a100-80gb).", metavar="NAME")],
+    output: Annotated[str, typer.Option("--output", help="Profile TOML to write (use with --profile).", rich_help_panel=OUTPUT, metavar="FILE")],
     runs: RunsOpt = None,
     stack: StackOpt = None,
-    knobs: Annotated[Optional[str], typer.Option("--knobs", help="Comma-separated Profile knobs to fit (default: a physically identifiable set).", show_default=False)] = None,
-    loss: Annotated[str, typer.Option("--loss", help="Robust loss of scipy least_squares: soft_l1, huber, cauchy, arctan, linear.")] = "soft_l1",
-    prior_weight: Annotated[float, typer.Option("--prior-weight", help="Weight of the pull towards the preset's reference values (0 = none).")] = 1.0,
+    knobs: Annotated[Optional[str], typer.Option("--knobs", help="Profile knobs to fit, comma-separated [default: the ones the runs identify].", metavar="LIST", show_default=False)] = None,
+    loss: Annotated[str, typer.Option("--loss", help="Robust loss of the least-squares fit.", metavar="soft_l1|huber|cauchy|arctan|linear")] = "soft_l1",
+    prior_weight: Annotated[float, typer.Option("--prior-weight", help="Pull towards the preset's reference values (0 = none).", metavar="FLOAT")] = 1.0,
     loso: Annotated[bool, typer.Option("--loso/--no-loso", help="Also report leave-one-source-out errors (one fit per source).")] = True,
     include_fp16: Fp16Opt = False,
 ) -> None:
@@ -271,6 +294,7 @@ def calibrate_command(
     grp = (preset,) + tuple(g for g in group_of(preset) if g != preset)
     runs, _, cases, skipped = _load(runs, include_fp16, stack)
     stack_name = cases[0].stack if stack and cases else None
+    cases = _plausible(cases, grp)
     with working(f"fitting {', '.join(names)} to the runs of {', '.join(grp)}"):
         result, chosen = fit_group(cases, grp, knobs=names, loss=loss, prior_weight=prior_weight)
     console = _console()
@@ -278,10 +302,17 @@ def calibrate_command(
     t = Table(title=f"fitted knobs ({len(chosen)} runs of {', '.join(grp)})", title_justify="left")
     for col in ("knob", "reference", "fitted", "+- (runs alone)", "identified"):
         t.add_column(col, justify="right" if col != "knob" else "left")
+    from ..validation.calibrate import KNOBS
+    from ..validation.plausible import pinned
+
+    at_bound = pinned(result.knobs, {k: (lo, hi) for k, (lo, hi, _) in KNOBS.items()})
     for k, v in result.knobs.items():
+        mark = " (at a bound)" if any(line.startswith(f"{k} =") for line in at_bound) else ""
         t.add_row(k, f"{getattr(base, k):.4g}", f"{v:.4g}", f"{result.std[k]:.2g}",
-                  "yes" if result.identified(k) else "no (prior)")
+                  ("yes" if result.identified(k) else "no (prior)") + mark)
     console.print(t)
+    for line in at_bound:
+        typer.echo(f"warning: {line}", err=True)
     sources = sorted({c.source for c in chosen})
     in_sample = predict(chosen, {g: result.profile for g in grp})
     console.print(*summary_tables(summary(in_sample), "in-sample error (fitted on these runs)", console.width))

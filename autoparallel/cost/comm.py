@@ -1,12 +1,40 @@
-"""Collective communication time, alpha-beta, priced against the links a group really crosses.
+"""Collective communication time, alpha-beta, priced on the network tiers a group spans.
 
-Bandwidth terms (reference §5.1, nccl-tests PERFORMANCE.md): all-reduce moves 2(n-1)/n of the
-buffer per rank, all-gather / reduce-scatter (n-1)/n, all-to-all (n-1)/n of what each rank sends.
-A group spanning nodes is priced hierarchically (reference §5.4): the intra-node share over the
-scale-up link, the inter-node share of each GPU's 1/g shard over its own NIC (rail-optimised,
-all g NICs busy in parallel); all-to-all across nodes is limited to one NIC per GPU
-(nccl-tests #267). Latency follows NCCL's tuning model (reference §5.2): a base plus a cost per
-ring step, intra- or inter-node, or a tree's 2 log2 steps where that is cheaper.
+Bandwidth (reference §5.1, nccl-tests PERFORMANCE.md): time = bus factor x bytes / bus
+bandwidth + latency, the bus factor 2(n-1)/n for all-reduce and (n-1)/n for all-gather,
+reduce-scatter and all-to-all. The algorithm is NCCL's choice, the one its tuning model predicts
+fastest (NCCL `src/graph/tuning.cc`), among those NCCL has for the collective:
+
+- **Ring** (every collective). NCCL's multi-node ring pipelines the NVLink and NIC phases over its
+  channels, so the slower link sets the pace (reference §5.4; NVIDIA, NVIDIA/nccl #812): bus
+  bandwidth = min(the scale-up ring's, r x per-GPU NIC bandwidth) with r the group's ranks per
+  domain, because each channel's ring leaves the domain through a different GPU's NIC (DGX A100
+  8 x HDR: 192 GB/s = 8 x 24; 4 x 8 B200: 381.8 GB/s, ml-engineering). On further tiers the
+  crossings of a unit are spread over the group's ranks in it, and all groups of the kind run at
+  once: r_unit x bandwidth / oversubscription.
+- **Tree** (all-reduce only: NCCL has no tree for reduce-scatter or all-gather, tuning.cc). A
+  double binary tree over the domains: the busiest domain sends min(2, k/2) x the buffer across
+  the network for k domains (1 on 2 domains, 1.5 on 3, 2 from 4: NCCL `src/graph/trees.cc`),
+  against a ring's 2(n-1)/n, so it beats the network limit on 2 and 3 domains (NVIDIA/nccl-tests
+  #196; GB200 NVL8 x 3: tree 485.7 vs ring 393.7 GB/s, NVIDIA/nccl #1801); its NVLink part runs
+  no faster than the ring's (tuning.cc caps the tree's bus bandwidth by the ring's intra-node
+  channels), or at NVLink SHARP's rate where the domain has it (NVLSTree).
+- **NVLS** (all-reduce inside a domain of more than 4 GPUs with NVLink SHARP; reference §6.2) at
+  the measured SHARP bus bandwidth; **CollNet** (all-reduce over a network tier with InfiniBand
+  SHARP): the switches reduce, each domain sends the buffer once.
+- **All-to-all** moves (n-1)/n of each rank's bytes pairwise: the share bound outside each unit
+  crosses that tier at the per-GPU rate (every rank sends at once: bandwidth / oversubscription);
+  the slowest tier sets the time (one NIC per GPU across nodes, nccl-tests #267).
+- **Point-to-point** (PP, CP ring): one message over the outermost tier the hop crosses.
+
+A point-to-point scale-up mesh (MI300X xGMI: one ~64 GB/s link per peer) gives a group of g
+GPUs inside the domain g - 1 links, not the full mesh (2 GPUs 47.7 GB/s vs 8 GPUs 312.9 GB/s
+all-reduce, ml-engineering network README; ~48 GB/s usable per link, AMD ROCm blog "Understanding
+RCCL Bandwidth and xGMI Performance on AMD Instinct MI300X").
+
+Latency follows NCCL's tuning model (reference §5.2): ring = base + steps inside the domain x
+the NVLink step + steps across x the network step (2(n-1) steps for all-reduce, n-1 otherwise,
+2(k-1) / k-1 of them across); tree = base + 2[(g-1) NVLink steps + log2(k) network steps].
 """
 
 from __future__ import annotations
@@ -18,6 +46,7 @@ import numpy as np
 from ..placement import Group
 from ..specs.problem import Problem
 from ..units import US
+from .network import Tier, tiers
 
 
 class Collective(StrEnum):
@@ -28,42 +57,168 @@ class Collective(StrEnum):
     P2P = "p2p"
 
 
-def _links(problem: Problem):
-    c, prof = problem.cluster, problem.profile
-    intra = c.intra_bytes_per_s * prof.scaleup_efficiency
-    nvls = c.intra_bytes_per_s * prof.nvls_allreduce_factor if c.gpu.nvls else intra
-    inter = c.inter_bytes_per_s * prof.nic_efficiency
-    hop_i = (c.intra_latency_us if c.intra_latency_us is not None else prof.latency_intra_hop_us) * US
-    hop_n = (c.inter_latency_us if c.inter_latency_us is not None else prof.latency_inter_hop_us) * US
-    return intra, nvls, inter, prof.latency_base_us * US, hop_i, hop_n
+NVLS_MIN_GPUS = 4
+"""NVLink SHARP all-reduce is used above this many GPUs of a domain: NCCL selects NVLS from 5
+GPUs on H100/H200 (NVIDIA/nccl #1455; ml-engineering network README sweep), and partitions of
+at most four GPUs do not benefit from multicast (NVIDIA GB200 NVL Partition User Guide)."""
+
+
+def _domain_ring(t0: Tier, r0: np.ndarray) -> np.ndarray:
+    """Ring bus bandwidth of r0 ranks inside one scale-up domain: the GPU's whole scale-up
+    bandwidth on a switch, r0 - 1 of its links on a point-to-point mesh."""
+    if t0.mesh_links:
+        return t0.bw * np.maximum(r0 - 1.0, 1.0) / t0.mesh_links
+    return np.full_like(r0, t0.bw)
+
+
+def _domain_p2p(t0: Tier) -> float:
+    """One message between two GPUs of a domain: the whole scale-up bandwidth on a switch, one
+    link on a mesh."""
+    return t0.bw / t0.mesh_links if t0.mesh_links else t0.bw
+
+
+def _crossings(tl: tuple[Tier, ...], grp: Group):
+    """Per network tier i >= 1: (crossed, units of tier i-1 spanned, ranks per unit of tier i-1,
+    ranks per unit of tier i)."""
+    out = []
+    for i in range(1, len(tl)):
+        below = grp.ranks_in(i - 1)
+        k_below = np.ceil(grp.size / below)
+        out.append((k_below > 1, k_below, below, grp.ranks_in(i)))
+    return out
+
+
+def _ring_bus(tl, r0, cross, ring0):
+    """Ring bus bandwidth: the slowest of the domain's ring and each crossed tier's share."""
+    bus = np.where(r0 > 1, ring0, np.inf)
+    for t, (crossed, _, below, _) in zip(tl[1:], cross):
+        share = np.minimum(r0 * t.bw, below * t.bw / t.oversubscription)
+        bus = np.where(crossed, np.minimum(bus, share), bus)
+    return bus
+
+
+def _ring_latency(tl, grp, cross, phases):
+    """base + steps x per-step latency of the tier each step crosses (NCCL tuning.cc)."""
+    n = grp.size
+    k0 = grp.units(0)
+    lat = (n - k0) * tl[0].hop
+    for t, (_, k_below, _, r_here) in zip(tl[1:], cross):
+        lat = lat + (k_below - np.ceil(n / r_here)) * t.hop
+    return phases * lat
+
+
+def _tree_bus(tl, r0, cross, intra, n):
+    """Double-binary-tree bus bandwidth (all-reduce): min(NVLink part, each crossed tier's rate
+    x 2(n-1)/n / the tree's bytes per unit), the tree over the units of the tier below; from a
+    tier with InfiniBand SHARP outwards the switches reduce and each unit sends the buffer once
+    (NCCL CollNet)."""
+    bus = np.where(r0 > 1, intra, np.inf)
+    factor = 2.0 * (n - 1.0) / n
+    sharp = np.zeros_like(n, dtype=bool)
+    for t, (crossed, k_below, below, _) in zip(tl[1:], cross):
+        sharp = sharp | (t.reduction == "sharp")
+        rate = np.minimum(r0 * t.bw, below * t.bw / t.oversubscription)
+        tree_bytes = np.where(sharp, 1.0, np.minimum(2.0, k_below / 2.0))
+        bus = np.where(crossed, np.minimum(bus, factor * rate / tree_bytes), bus)
+    return bus
+
+
+def _tree_latency(tl, grp, r0, cross):
+    """base + 2[(ranks per domain - 1) NVLink steps + log2(units) steps per tier] (tuning.cc)."""
+    lat = (r0 - 1.0) * tl[0].hop
+    for t, (_, k_below, _, r_here) in zip(tl[1:], cross):
+        lat = lat + np.log2(np.maximum(k_below / np.ceil(grp.size / r_here), 1.0)) * t.hop
+    return 2.0 * lat
 
 
 def collective_time(problem: Problem, op: Collective, nbytes, grp: Group) -> np.ndarray:
     """Seconds for one collective of `nbytes` (the full buffer: all-reduce input, all-gather
-    output, reduce-scatter input, all-to-all bytes each rank sends, p2p message) per row."""
-    intra, nvls, inter, base, hop_i, hop_n = _links(problem)
-    n, g, k = grp.size, grp.per_node, grp.nodes
+    output, reduce-scatter input, all-to-all bytes each rank sends, p2p message) per row, on the
+    group `grp` (from `placement.group` / `layout_groups`), NCCL's algorithm choice applied."""
+    return algorithm_times(problem, op, nbytes, grp)["chosen"]
+
+
+def algorithm_times(problem: Problem, op: Collective, nbytes, grp: Group) -> dict[str, np.ndarray]:
+    """Seconds per row of each algorithm NCCL has for `op` (`ring`, and for all-reduce `tree`,
+    the double binary tree, NVLSTree or CollNet where the tiers allow), and `chosen`: the
+    fastest, NCCL's tuner choice. All-to-all and p2p have one algorithm (`ring` holds it)."""
+    tl = tiers(problem)
+    base = problem.profile.latency_base_us * US
+    n = np.asarray(grp.size, dtype=np.float64)
     S = np.asarray(nbytes, dtype=np.float64)
-    single_node = k <= 1
+    r0 = grp.ranks_in(0)
+    t0 = tl[0]
+    cross = _crossings(tl, grp)
+    multi = grp.units(0) > 1
+    ring0 = _domain_ring(t0, r0)
+    out: dict[str, np.ndarray] = {}
     with np.errstate(divide="ignore", invalid="ignore"):
         if op in (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER):
-            phases = 2.0 if op == Collective.ALL_REDUCE else 1.0
-            # NVLink SHARP only helps all-reduce, and NCCL selects it above 4 GPUs (ref §6.2).
-            bw_i = np.where((op == Collective.ALL_REDUCE) & (g > 4), nvls, intra)
-            t_flat = phases * (n - 1) / n * S / bw_i
-            t_hier = phases * ((g - 1) / g * S / intra + (k - 1) / k * S / (g * inter))
-            bw_time = np.where(single_node, t_flat, t_hier)
-            steps = phases * (n - 1)
-            inter_steps = phases * (k - 1)
-            ring = base + (steps - inter_steps) * hop_i + inter_steps * hop_n
-            tree = base + phases * ((g - 1) * hop_i + np.log2(np.maximum(k, 1)) * hop_n)
-            lat = np.minimum(ring, tree)
+            ar = op == Collective.ALL_REDUCE
+            phases = 2.0 if ar else 1.0
+            factor = phases * (n - 1.0) / n
+            nvls = ar and t0.reduction == "nvls"
+            nvls_ok = (r0 > NVLS_MIN_GPUS) if nvls else np.zeros_like(r0, dtype=bool)
+            # inside one domain an all-reduce of more than 4 GPUs runs NVLS at its measured rate
+            ring_bus = np.where(multi | ~nvls_ok, _ring_bus(tl, r0, cross, ring0), t0.nvls_bw)
+            ring = base + _ring_latency(tl, grp, cross, phases) + factor * S / ring_bus
+            out["ring"] = ring
+            chosen = ring
+            if ar:
+                intra = np.where(nvls_ok, t0.nvls_bw, ring0)  # NVLSTree where NVLS applies
+                tree = (base + _tree_latency(tl, grp, r0, cross)
+                        + factor * S / _tree_bus(tl, r0, cross, intra, n))
+                tree = np.where(multi, tree, np.inf)
+                out["tree"] = tree
+                chosen = np.minimum(ring, tree)
         elif op == Collective.ALL_TO_ALL:
-            t_i = (g - 1) / n * S / intra
-            t_n = (n - g) / n * S / inter
-            bw_time = np.maximum(t_i, t_n)
-            lat = base + (g - 1) * hop_i + (n - g) * hop_n
-        else:  # P2P: one message to a neighbour, over NVLink inside a node, else the NIC
-            bw_time = S / np.where(single_node, intra, inter)
-            lat = base + np.where(single_node, hop_i, hop_n)
-    return np.where(n > 1, bw_time + lat, 0.0)
+            bw_time = np.where(r0 > 1, (r0 - 1.0) / n * S / ring0, 0.0)
+            lat = (r0 - 1.0) * t0.hop
+            for t, (crossed, _, below, r_here) in zip(tl[1:], cross):
+                t_i = (n - below) / n * S / (t.bw / t.oversubscription)
+                bw_time = np.where(crossed, np.maximum(bw_time, t_i), bw_time)
+                lat = lat + (np.minimum(r_here, n) - below) * t.hop
+            chosen = out["ring"] = base + lat + bw_time
+        else:  # P2P: one message to a neighbour over the outermost tier the hop crosses
+            net = np.full_like(n, np.inf)
+            hop = np.full_like(n, t0.hop)
+            for t, (crossed, _, below, _) in zip(tl[1:], cross):
+                # all ranks send at once (pipeline stages, CP ring): a unit whose ranks all send
+                # across shares the tier's uplinks, bw / oversubscription each
+                share = t.bw / np.maximum(1.0, t.oversubscription / below)
+                net = np.where(crossed, np.minimum(net, share), net)
+                hop = np.where(crossed, t.hop, hop)
+            chosen = out["ring"] = base + hop + S / np.where(multi, net, _domain_p2p(t0))
+    live = n > 1
+    return {k: np.where(live, v, 0.0) for k, v in out.items()} | {"chosen": np.where(live, chosen, 0.0)}
+
+
+def bus_bandwidth(problem: Problem, op: Collective, nbytes, grp: Group, algorithm: str = "chosen"):
+    """nccl-tests bus bandwidth (bytes/s) of one collective: bus factor x bytes / time
+    (PERFORMANCE.md), for `algorithm` (`chosen`, `ring` or `tree`)."""
+    n = np.asarray(grp.size, dtype=np.float64)
+    factor = {Collective.ALL_REDUCE: 2.0 * (n - 1.0) / n, Collective.P2P: np.ones_like(n)}.get(
+        op, (n - 1.0) / n)
+    t = algorithm_times(problem, op, nbytes, grp)[algorithm]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(t > 0, factor * np.asarray(nbytes, dtype=np.float64) / t, 0.0)
+
+
+def nic_seconds(problem: Problem, op: Collective, nbytes, grp: Group) -> np.ndarray:
+    """Seconds one collective keeps each GPU's NIC (the first network tier) busy: the bytes a
+    rank sends out of its scale-up domain over the NIC's effective rate; 0 where the group stays
+    inside one domain. Other traffic on the same NICs waits for this (`cost.time`: the DP
+    reduction hides only in the NIC time the EP all-to-alls leave; reference §5.6)."""
+    tl = tiers(problem)
+    n = np.asarray(grp.size, dtype=np.float64)
+    S = np.asarray(nbytes, dtype=np.float64)
+    r0 = grp.ranks_in(0)
+    if op == Collective.ALL_TO_ALL:
+        out_bytes = (n - r0) / n * S
+    elif op == Collective.P2P:
+        out_bytes = S
+    else:  # ring: each rank's share of 2(n-1)/n or (n-1)/n of the buffer leaves over r0 NICs
+        phases = 2.0 if op == Collective.ALL_REDUCE else 1.0
+        out_bytes = phases * (n - 1.0) / n * S / r0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where((grp.units(0) > 1) & (n > 1), out_bytes / tl[1].bw, 0.0)

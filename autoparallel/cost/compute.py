@@ -59,13 +59,35 @@ def linear_time(problem: Problem, M, N, K, count=1.0) -> np.ndarray:
     return np.where(flops > 0, np.maximum(t_math, t_mem) + fixed + cast, 0.0)
 
 
-def attention_time(problem: Problem, flops) -> np.ndarray:
-    """Seconds for fused attention of `flops` at the efficiency of the job's kernel: cuDNN /
-    FlashAttention-3 (`cudnn`) or FlashAttention-2 class (`flash`, `eager`); the kernels differ
-    two-fold on Hopper (FA2 forward 33% of H100 peak, FA3/cuDNN 60-75%; reference §7.3)."""
+ATTN_BWD = 2.5
+"""Flash-attention backward matmul FLOPs / forward (reference §2.4: the backward recomputes
+S = QK^T and computes dP, dV, dQ, dK: 5 matmuls against the forward's 2)."""
+
+
+def attention_time(problem: Problem, flops, exps=0.0, backward: bool = False) -> np.ndarray:
+    """Seconds for fused attention of `flops` forward matmul FLOPs (the backward's are ATTN_BWD
+    times as many) at the efficiency of the job's kernel: cuDNN / FlashAttention-3 (`cudnn`) or
+    FlashAttention-2 class (`flash`, `eager`); the kernels differ two-fold on Hopper (FA2 forward
+    33% of H100 peak, FA3/cuDNN 60-75%; reference §7.3).
+
+    The softmax's `exps` exponentials, one per score in the forward and one in the backward
+    (which recomputes P = exp(S - LSE)), run on the special function units at the GPU's
+    `sfu_exp_tera_per_s`, overlapped with the matmuls of other tiles (FlashAttention-3's
+    ping-pong and intra-warpgroup pipelining), so a pass takes the longer of the two. The
+    exponentials bind only where the tensor cores outrun the SFUs: never on Hopper (H100: 989
+    TFLOP/s of matmul against 3.9 T exponentials/s, FlashAttention-3 paper; 512 FLOPs per score
+    at head dim 128), just short of it on Blackwell in BF16 at head dim 128 (2.25 PFLOP/s
+    against 5 T/s), and for smaller heads; Blackwell Ultra doubles the rate to 10.7 T/s (NVIDIA
+    "Making Softmax More Efficient with NVIDIA Blackwell Ultra": on GB200 the tensor cores wait
+    for the SFUs, ~35 % more FP8 attention forward throughput on GB300). Fused kernels only:
+    eager attention's softmax is a memory-bound kernel of its own."""
     prof, gpu = problem.profile, problem.cluster.gpu
-    eff = prof.cudnn_attention_efficiency if problem.training.attention == "cudnn" else prof.attention_efficiency
-    return np.asarray(flops) / (eff * gpu.bf16_tflops * TFLOPS)
+    kind = problem.training.attention
+    eff = prof.cudnn_attention_efficiency if kind == "cudnn" else prof.attention_efficiency
+    mma = np.asarray(flops) * (ATTN_BWD if backward else 1.0) / (eff * gpu.bf16_tflops * TFLOPS)
+    if gpu.sfu_exp_tera_per_s is None or kind == "eager":
+        return mma
+    return np.maximum(mma, np.asarray(exps) / (gpu.sfu_exp_tera_per_s * TFLOPS))
 
 
 def memory_bound_time(problem: Problem, nbytes) -> np.ndarray:

@@ -49,10 +49,11 @@ from ..specs.layout import CP_COMM_CODES, CpComm
 from ..specs.problem import Problem
 from .arch import Arch
 from .comm import Collective, collective_time
+from .compute import ATTN_BWD
+from .network import sizes as tier_sizes
 
 RING, A2A, ALLGATHER, A2A_RING = (CP_COMM_CODES[f] for f in CpComm)
 """Form codes of the layout table's `cc` column."""
-ATTN_BWD = 2.5  # flash-attention backward FLOPs / forward FLOPs (reference §2.4; cost.time)
 RING_BWD_BUFFERS = 4.0
 """K, V-sized buffers the ring's backward holds: two double buffers of (K V, dK dV) (TE
 `AttnFuncWithCPAndKVP2P.backward`: `p2p_comm_buffers = [empty((2, *kv.shape)), ...] x 2`)."""
@@ -70,14 +71,16 @@ def ring_size(t: LayoutTable) -> np.ndarray:
     return np.where((t["cc"] == RING) | (t["cc"] == A2A_RING), cp / a2a_size(t), 1.0)
 
 
-def cp_groups(t: LayoutTable, domain: int) -> dict:
-    """Placement of each row's CP groups (ranks ordered tp-cp-dp-pp, `placement`): `all` the c
-    CP ranks (stride tp; the all-gather), `a2a` the u adjacent ones (stride tp; Megatron-Core's
-    hierarchical groups put the first size innermost), `ring` the r groups (stride tp u)."""
+def cp_groups(t: LayoutTable, sizes) -> dict:
+    """Placement of each row's CP groups (ranks ordered tp-cp-dp-pp, `placement`) in units of
+    `sizes` GPUs per network tier (`cost.network.sizes`; an int: the scale-up domain only): `all`
+    the c CP ranks (stride tp; the all-gather), `a2a` the u adjacent ones (stride tp;
+    Megatron-Core's hierarchical groups put the first size innermost), `ring` the r groups
+    (stride tp u). Each collective is then priced on the tiers its group crosses."""
     tp, cp = t["tp"].astype(np.float64), t["cp"].astype(np.float64)
     u = a2a_size(t)
-    return {"all": group(cp, tp, domain), "a2a": group(u, tp, domain),
-            "ring": group(ring_size(t), tp * u, domain)}
+    return {"all": group(cp, tp, sizes), "a2a": group(u, tp, sizes),
+            "ring": group(ring_size(t), tp * u, sizes)}
 
 
 def _per_token(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.ndarray]:
@@ -105,7 +108,7 @@ def cp_layer_time(problem: Problem, arch: Arch, t: LayoutTable, attn_f, full) ->
     prof = problem.profile
     cc, cp = t["cc"], t["cp"].astype(np.float64)
     T = t["mb"] * problem.training.seq_len / cp
-    grp = cp_groups(t, problem.cluster.nvlink_domain)
+    grp = cp_groups(t, tier_sizes(problem))
     b = _per_token(problem, arch, t)
     out = np.zeros(len(t))
 

@@ -28,10 +28,18 @@ reserves (`max_memory_reserved`, what TorchTitan prints) and what `nvidia-smi` s
     opens more channels and, on NVSwitch systems, NVLS buffers (the NeMo launcher and JAX-Toolbox
     set NCCL_NVLS_ENABLE=0 to save that memory), so these are lower bounds there. The groups a
     rank is in follow from the layout (`nccl_bytes`).
-  * Workspaces are not added here: PyTorch's cuBLAS workspace (32 MiB per handle on Hopper,
-    CUBLAS_WORKSPACE_CONFIG default, PyTorch docs "Reproducibility") and Transformer Engine's
-    cuBLASLt workspace (transformer_engine get_cublas_workspace_size_bytes) are tensors from the
-    caching allocator, inside `memory_overhead_gib`.
+  * Workspaces are not added here: they are tensors from the caching allocator, inside the
+    allocated figure (`workspace_bytes`, the ledger's `overhead`).
+- **Side-stream gradients** (`reserved_bytes` with `side_grads`): PyTorch FSDP allocates every
+  sharded gradient on a communication stream (FSDP1: `_reduce_grad` under the post-backward
+  stream; FSDP2: `foreach_reduce`'s reduce-scatter output, "allocated in the RS stream", whose
+  views are the sharded gradients; torch/distributed/fsdp 2.x), and the caching allocator hands
+  a freed block back only to the stream that allocated it (c10/cuda/CUDACachingAllocator.cpp
+  `get_free_block`: `(*it)->stream != p.stream()` fails the search). Gradients freed by
+  `zero_grad(set_to_none=True)` therefore stay reserved in that stream's pool through the next
+  step's forward: the reserved peak is the compute stream's reserve without them plus the whole
+  gradient shard in the reduction dtype, even where the allocated peak (one micro-batch per
+  step) does not hold them (`cost.memory`).
 """
 
 from __future__ import annotations
@@ -71,9 +79,44 @@ def nccl_bytes(t: LayoutTable, tied_embeddings: bool = True) -> np.ndarray:
     return out + pairs * NCCL_PER_PAIR
 
 
-def reserved_bytes(allocated: np.ndarray) -> np.ndarray:
-    """`max_memory_reserved` from the allocated peak (module docstring)."""
-    return allocated * (1.0 + FRAGMENTATION) + BLOCK_ROUNDING
+TORCH_CUBLAS_WORKSPACE = {"sm90": 4096 * 8 * 1024, "other": 4096 * 1024 * 2 + 16 * 1024 * 8}
+"""PyTorch's cuBLAS workspace per (handle, stream), taken from the caching allocator (aten/src/
+ATen/cuda/CublasHandlePool.cpp `parseChosenWorkspaceSize`: CUBLAS_WORKSPACE_CONFIG default
+":4096:8" = 32 MiB on sm90 and later, ":4096:2:16:8" = 8 MiB + 128 KiB before; cuBLASLt shares it,
+TORCH_CUBLASLT_UNIFIED_WORKSPACE default)."""
+HIPBLASLT_WORKSPACE = 76 * 1024 * 1024
+"""hipBLASLt workspace on ROCm (the same file, `parseCUDABlasLtWorkspaceSize`: 76 MiB)."""
+TE_CUBLAS_WORKSPACE = {"sm90": 32 * 1024 * 1024, "other": 4 * 1024 * 1024}
+"""Transformer Engine's cuBLASLt workspace tensor (transformer_engine/pytorch/cpp_extensions/
+gemm.py `get_cublas_workspace_size_bytes`: 32 MiB on Hopper and later, 4 MiB before)."""
+TE_GROUPED_STREAMS = 4
+"""Extra TE workspaces for grouped GEMMs (MoE experts): one per compute stream,
+`get_num_cublas_streams()` = 4 (transformer_engine/pytorch/cpp_extensions/gemm.py)."""
+
+
+def workspace_bytes(generation: str, transformer_engine: bool, moe: bool) -> float:
+    """GEMM workspaces one GPU's process holds in the caching allocator: PyTorch's cuBLAS
+    workspace for the compute stream (autograd runs each backward op on its forward op's stream),
+    hipBLASLt's on ROCm, and with Transformer Engine its own workspace, times 1 + 4 with grouped
+    expert GEMMs. These are the fixed part of the allocated figure; the rest of it scales with
+    the layout (ledger items)."""
+    sm90 = "sm90" if generation in ("hopper", "blackwell") else "other"
+    out = float(TORCH_CUBLAS_WORKSPACE[sm90])
+    if generation == "cdna3":
+        out += HIPBLASLT_WORKSPACE
+    if transformer_engine:
+        out += TE_CUBLAS_WORKSPACE[sm90] * (1 + (TE_GROUPED_STREAMS if moe else 0))
+    return out
+
+
+def reserved_bytes(allocated: np.ndarray, side_grads: np.ndarray | float = 0.0,
+                   grads_at_peak: np.ndarray | float = 0.0) -> np.ndarray:
+    """`max_memory_reserved` from the allocated peak (module docstring): the compute stream's
+    reserve, allocated x (1 + `FRAGMENTATION`) + `BLOCK_ROUNDING`, plus, for gradients allocated
+    on a communication stream (`side_grads`: the whole shard, bytes), that stream's pool in
+    place of the `grads_at_peak` the allocated peak holds."""
+    compute = allocated - grads_at_peak
+    return compute * (1.0 + FRAGMENTATION) + BLOCK_ROUNDING + side_grads
 
 
 def outside_allocator_bytes(t: LayoutTable, tied_embeddings: bool = True) -> np.ndarray:

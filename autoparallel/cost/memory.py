@@ -19,7 +19,7 @@ from ..units import GiB
 from .arch import Arch
 from .context import cp_buffer_bytes
 from .model_code import model_code
-from .device_memory import outside_allocator_bytes, reserved_bytes
+from .device_memory import outside_allocator_bytes, reserved_bytes, workspace_bytes
 from .offload import keeps_scores, offloaded_layers, selective_saved, uniform_groups
 from .stages import STAGES, Stage, micro_batches, stages
 
@@ -142,7 +142,10 @@ def op_sac_bytes(arch: Arch, t: LayoutTable, tokens: np.ndarray, moe: bool,
 
 
 def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dict[str, np.ndarray]:
-    """Ledger items (bytes) for one GPU of one stage."""
+    """Ledger items (bytes) for one GPU of one stage (`MEMORY_ITEMS`), plus `side_grads`: the
+    gradient shard held in a communication stream's allocator pool (reserved throughout;
+    `StackSpec.grads_side_stream`) and `side_at_peak`: the part of the `grads` item, at the
+    allocated peak, that lies in that pool rather than the compute stream's."""
     tr = problem.training
     tp, cp, dp = (t[k].astype(np.float64) for k in ("tp", "cp", "dp"))
     zero = t["zero"]
@@ -158,11 +161,18 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
     # Low-precision weight cache (Transformer Engine): each linear weight is kept quantised and
     # transposed across micro-batches, 2q bytes per linear parameter on the GPU (reference §3.6:
     # "FP8 adds weight transposes/scales"); not with ZeRO-3, where weights are gathered per use.
+    # With `fp8_param_gather` the quantised weight is the parameter itself (Megatron-Core keeps
+    # "the compute param in fp8 (do not use any other intermediate dtype)"): its 16-bit copy is
+    # gone, 2 bytes per linear parameter (2 - q of each ZeRO-3 shard, kept in the recipe's format).
     rec = recipe(tr.precision)
     if rec.low and problem.stack.low_precision_weight_cache:
+        q = rec.element_bytes
         embed_w = (st.embed * arch.p_embed + st.output * (arch.p_output or arch.p_embed)) / tp
         linear = np.maximum(dense + expert - embed_w, 0.0)
-        params = params + np.where(zero < 3, 2.0 * rec.element_bytes * linear, 0.0)
+        params = params + np.where(zero < 3, 2.0 * q * linear, 0.0)
+        if tr.fp8_param_gather:
+            shard = np.maximum(dense - embed_w, 0.0) / d + expert / d_e
+            params = params - np.where(zero < 3, 2.0 * linear, (2.0 - q) * shard)
     grads = sharded(float(tr.grad_bytes), 2)
     optimizer = sharded(float(tr.optimizer_bytes), 1)
     if np.any(t["oo"] > 0):  # optimizer offload: that share of the state is in host memory
@@ -229,8 +239,21 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
     # casts of leaf tensors that require grad): a whole 16-bit copy of the stage's weights, also
     # under ZeRO-3 / FSDP, whose gathered units are cast and cached one after the other.
     cast_cache = np.where(tr.autocast, 2.0 * (dense + expert), 0.0)
-    overhead = problem.profile.memory_overhead_gib * GiB + gathered + working + kv_buffers \
-        + cast_cache
+    # fixed: the GEMM workspaces (`cost.device_memory.workspace_bytes`) and any fixed extra a
+    # profile sets (`Profile.memory_overhead_gib`, 0 by default)
+    fixed = workspace_bytes(problem.cluster.gpu.generation, problem.stack.transformer_engine,
+                            arch.n_moe_layers > 0) + problem.profile.memory_overhead_gib * GiB
+    overhead = fixed + gathered + working + kv_buffers + cast_cache
+    one = micro_batches(tr.global_batch, t) <= 1
+    unsharded = np.zeros(len(t), dtype=bool)
+    if problem.stack.unsharded_accumulation:
+        # FSDP1 `no_sync()` between the micro-batches of a step (Lightning Fabric's
+        # `no_backward_sync`, LitGPT's training loops): the gradients accumulate unsharded in the
+        # FlatParameter until the last micro-batch reduce-scatters them (PyTorch
+        # FullyShardedDataParallel.no_sync docs: "FSDP will accumulate the full model gradients
+        # (instead of gradient shards) until the eventual sync"): the whole stage's gradients
+        unsharded = (~one) & (zero >= 2)
+        grads = np.where(unsharded, float(tr.grad_bytes) * (dense + expert), grads)
     grads_full = grads
     if not problem.stack.persistent_grads:
         # Gradients freed between steps (PyTorch `zero_grad(set_to_none=True)`, FSDP2's sharded
@@ -238,7 +261,6 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
         # appear as the activations are released during the backward, so the peak holds the
         # larger of the two, not their sum; with accumulation they persist across micro-batches.
         transient = activations + embed + logits + working + cast_cache
-        one = micro_batches(tr.global_batch, t) <= 1
         grads = np.where(one, np.maximum(grads - transient, 0.0), grads)
     if problem.stack.optimizer_foreach:
         # The optimizer step runs after the backward, every gradient held and no activation: a
@@ -246,12 +268,11 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
         # parameter (`StackSpec.optimizer_foreach`); where that peak exceeds the backward's, the
         # excess is overhead (allocated = the larger of the two peaks).
         moment = 4.0 if tr.optimizer_dtype == "fp32" else 2.0
-        fixed = problem.profile.memory_overhead_gib * GiB
         backward_peak = grads + activations + embed + logits + overhead
         step_peak = grads_full + sharded(moment, 1) + fixed
         overhead = overhead + np.maximum(step_peak - backward_peak, 0.0)
 
-    return {
+    items = {
         "params": params,
         "grads": grads,
         "optimizer": optimizer,
@@ -259,6 +280,14 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
         "embedding_logits": embed + logits,
         "overhead": overhead,
     }
+    # gradients on a communication stream's pool (`StackSpec.grads_side_stream`): sharded ones
+    # (ZeRO-2/3, reduce-scattered), the whole shard in the reduction dtype, reserved throughout
+    side = (zero >= 2) & (d > 1) & bool(problem.stack.grads_side_stream)
+    items["side_grads"] = np.where(side, sharded(float(tr.grad_reduce_bytes), 2), 0.0)
+    # the gradients the allocated peak holds that live in that pool (unsharded accumulation
+    # keeps them on the compute stream)
+    items["side_at_peak"] = np.where(side & ~unsharded, grads, 0.0)
+    return items
 
 
 STAGE_FIGURES = ("allocated", "reserved", "device")
@@ -272,23 +301,29 @@ def memory_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.
     (0 first, 1 middle, 2 last); and every item and figure of each stage kind under
     `<stage>.<key>` (`first.params`, `last.device`, ...).
 
-    Fits (`fit_peak <= usable`): by default the reserved peak of the most loaded stage against
-    the capacity less what lies outside the caching allocator (CUDA context and NCCL memory:
-    `cost.device_memory`); with an explicit `usable_fraction`, the allocated peak
+    Fits (`fit_peak <= usable`): by default the reserved peak of the most loaded stage (less a
+    communication stream's free cached gradient blocks, which the allocator releases before it
+    fails) against the capacity less what lies outside the caching allocator (CUDA context and
+    NCCL memory: `cost.device_memory`); with an explicit `usable_fraction`, the allocated peak
     against capacity x usable_fraction (the seed's rule)."""
     sts = stages(arch, t, problem.training.global_batch)
     outside = outside_allocator_bytes(t, tied_embeddings=arch.tied)
     per_stage = [stage_memory(problem, arch, t, sts[name]) for name in STAGES]
     out: dict[str, np.ndarray] = {}
     for name, items in zip(STAGES, per_stage):
-        allocated = sum(items.values())
+        allocated = sum(items[k] for k in MEMORY_ITEMS)
         items["allocated"] = allocated
-        items["reserved"] = reserved_bytes(allocated)
+        # side-stream gradients: their pool replaces the grads the allocated peak holds
+        items["reserved"] = reserved_bytes(allocated, items["side_grads"], items["side_at_peak"])
+        # what must fit: the side stream's free cached blocks are released and the allocation
+        # retried before an out-of-memory error (CUDACachingAllocator.cpp `malloc`:
+        # release_cached_blocks, then alloc_block again), so they do not count against the GPU
+        items["fit_reserved"] = reserved_bytes(allocated)
         items["device"] = items["reserved"] + outside
         out |= {f"{name}.{k}": v for k, v in items.items()}
     totals = np.stack([items["allocated"] for items in per_stage])
     worst = np.argmax(totals, axis=0)
-    for key in MEMORY_ITEMS + ("reserved", "device"):
+    for key in MEMORY_ITEMS + ("reserved", "device", "fit_reserved"):
         out[key] = np.choose(worst, [items[key] for items in per_stage])
     out["model_states"] = out["params"] + out["grads"] + out["optimizer"]
     out["total"] = np.max(totals, axis=0)
@@ -297,10 +332,11 @@ def memory_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.
     fraction = problem.training.usable_fraction
     if fraction is None:
         out["usable"] = capacity - outside
-        out["fit_peak"] = out["reserved"]
+        out["fit_peak"] = out.pop("fit_reserved")
     else:
         out["usable"] = np.full(len(t), capacity * fraction)
         out["fit_peak"] = out["total"]
+        out.pop("fit_reserved")
     out["headroom"] = out["usable"] - out["fit_peak"]
     out["stage"] = worst
     return out

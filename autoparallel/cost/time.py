@@ -20,9 +20,10 @@ from ..specs.precision import recipe
 from ..specs.problem import Problem
 from ..units import MS
 from .arch import Arch
-from .comm import Collective, collective_time
-from .context import cp_layer_time
+from .comm import Collective, collective_time, nic_seconds
+from .network import sizes as tier_sizes
 from .compute import attention_time, gemm_time, linear_time, memory_bound_time
+from .context import cp_layer_time
 from .memory import layer_activation_bytes, stage_params
 from .offload import (activation_offload_time, moe_recomputed, offloaded_layers,
                       optimizer_offload_time, selective_recompute_time)
@@ -32,13 +33,13 @@ TIME_ITEMS = (
     "compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble",
     "optimizer", "offload",
 )
-ATTN_BWD = 2.5  # flash-attention backward FLOPs / forward FLOPs (reference §2.4)
 ADAM_BYTES = 26.0  # per parameter: fp32 master r+w 8, m r+w 8, v r+w 8, bf16 param write 2; + grad read
 DDP_BUCKET_PARAMS = 4e7  # Megatron DDP bucket, max(4e7, 1e6 * dp * cp) parameters (reference §0)
 
 
 def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
-    """(gemm, attention, elementwise) forward seconds of one layer, one micro-batch, one GPU."""
+    """(gemm, attention, elementwise) forward seconds of one layer, one micro-batch, one GPU,
+    and the attention's backward seconds."""
     s = problem.training.seq_len
     b = t["mb"].astype(np.float64)
     tp, cp, ep = (t[k].astype(np.float64) for k in ("tp", "cp", "ep"))
@@ -67,14 +68,17 @@ def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
     # causal core attention: b * s^2 * n_h (d_qk + d_v) forward FLOPs (reference §2.1), split by
     # TP (heads) and CP (load-balanced sequence chunks); sliding-window layers compute a fraction
     window = arch.attn_pair_fraction(problem.training.seq_len)
-    attn = attention_time(problem, b * s * s * arch.attn_score_width * window / (tp * cp))
+    attn_flops = b * s * s * arch.attn_score_width * window / (tp * cp)
+    exps = b * s * s / 2.0 * arch.n_heads * window / (tp * cp)  # one per causal score
+    attn = attention_time(problem, attn_flops, exps)
+    attn_bwd = attention_time(problem, attn_flops, exps, backward=True)
     # elementwise kernels write and re-read what the layer stores (reference §3.4 accounting); the
     # stack's fitted `elementwise_factor` already covers how fused its kernels are, so the
     # model-code extras (cost.model_code) are memory-only here
     stored = layer_activation_bytes(problem, arch, t, moe, recompute=np.zeros_like(t["rc"]),
                                     low_precision=False, code_extras=False)
     elem = memory_bound_time(problem, 2.0 * problem.profile.elementwise_factor * stored)
-    return gemm, attn, elem
+    return gemm, attn, elem, attn_bwd
 
 
 def _tp_comm_layer(problem: Problem, t: LayoutTable, grp, arch: Arch,
@@ -135,14 +139,17 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
         # (`cost.context`; reference §5.6)
         return cp_layer_time(problem, arch, t, attn_f, full)
 
-    a2a = collective_time(
-        problem, Collective.ALL_TO_ALL, 2.0 * arch.top_k * T / tp * arch.hidden, groups["ep"])
+    a2a_bytes = 2.0 * arch.top_k * T / tp * arch.hidden
+    a2a = collective_time(problem, Collective.ALL_TO_ALL, a2a_bytes, groups["ep"])
+    # NIC time of one all-to-all, which the data-parallel reduction cannot use (`_dp_exposed`)
+    a2a_nic = nic_seconds(problem, Collective.ALL_TO_ALL, a2a_bytes, groups["ep"])
     ep_share = _exposed_share(prof, prof.ep_overlap)
     sch = t["sch"]
     if np.any(sch >= 4):
         # DualPipe(V) overlaps one micro-batch's all-to-all with another's compute (DeepSeek-V3
         # report §3.2.1): the all-to-all is hidden, at the SMs it takes (`overlap_sm_fraction`)
         ep_share = np.where(sch >= 4, prof.overlap_sm_fraction, ep_share)
+    ep_hidden = np.where(sch >= 4, 1.0, prof.ep_overlap)  # share of the all-to-alls hidden
 
     # output layer + vocab-parallel cross-entropy on the last stage
     V = arch.vocab
@@ -169,9 +176,10 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
         parts = {}
         if offload:
             n_off = dict(zip(("dense", "moe"), offloaded_layers(t, st.n_dense, st.n_moe)))
-        for kind, (gemm, attn, elem), n in (("dense", dense, st.n_dense), ("moe", moe, st.n_moe)):
+        for kind, (gemm, attn, elem, attn_bwd), n in (("dense", dense, st.n_dense),
+                                                      ("moe", moe, st.n_moe)):
             fwd = gemm + attn + elem
-            bwd = 2.0 * gemm + ATTN_BWD * attn + 2.0 * elem
+            bwd = 2.0 * gemm + attn_bwd + 2.0 * elem
             parts[kind] = dict(
                 fwd=n * fwd,
                 bwd=n * bwd,
@@ -193,6 +201,12 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
                            * ep_share),
             off=parts["dense"]["off"] + parts["moe"]["off"],
             wgrad=parts["dense"]["wgrad"] + parts["moe"]["wgrad"] + st.output * logits_gemm,
+            # NIC time of the all-to-alls hidden behind compute per micro-batch (2 per MoE layer
+            # forward, 2 backward, +2 for a recomputed forward): the exposed ones run between
+            # compute kernels, the hidden ones share the NICs with the DP traffic
+            nic_fwd=st.n_moe * 2.0 * a2a_nic * ep_hidden,
+            nic_bwd=st.n_moe * (2.0 + 2.0 * (st.recomputed + (moe_again if named else 0.0)))
+            * a2a_nic * ep_hidden,
             stage=st,
         )
     return out
@@ -244,16 +258,21 @@ def _hidden_cost(prof, comm, window):
     return exposed + prof.overlap_sm_fraction * (comm - exposed)
 
 
-def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bwd, m):
+def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bwd, m,
+                nic_fwd=0.0, nic_bwd=0.0):
     """Exposed data-parallel communication seconds per step for one stage (reference §5.5-5.6),
-    plus the compute slowdown of the hidden part."""
+    plus the compute slowdown of the hidden part. Concurrent collectives on the same links share
+    them (reference §5.6): where the DP group and the EP all-to-alls both leave the scale-up
+    domain, the DP traffic hides only in the NIC time the all-to-alls of that forward
+    (`nic_fwd`) or backward (`nic_bwd`) leave free."""
     gb = float(problem.training.grad_reduce_bytes)
     prof = problem.profile
     ov = prof.dp_overlap
-    # ZeRO-3 / FSDP gathers bf16 parameters, or low-precision ones where the stack does
-    # (TorchTitan enable_fsdp_float8_all_gather)
+    # parameters are all-gathered in bf16 (ZeRO-1's after the step, ZeRO-3's per use), or in the
+    # recipe's format with `fp8_param_gather` (Megatron --fp8-param-gather, TorchTitan
+    # enable_fsdp_float8_all_gather)
     rec = recipe(problem.training.precision)
-    pb = rec.element_bytes if rec.low and problem.stack.low_precision_allgather else 2.0
+    pb = rec.element_bytes if rec.low and problem.training.fp8_param_gather else 2.0
     zero = t["zero"]
     total = np.zeros(len(t))
     for psi, grp in ((dense, groups["dpcp"]), (expert, groups["edp"])):
@@ -266,10 +285,13 @@ def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bw
         tail_ar = collective_time(problem, Collective.ALL_REDUCE, gb * bucket, grp)
         tail = collective_time(problem, Collective.REDUCE_SCATTER, gb * bucket, grp)
         hide = lambda comm, window: _hidden_cost(prof, comm, ov * window)  # noqa: E731
-        z0 = hide(ar, bwd) + np.where(ar > 0, tail_ar, 0.0)
-        z1 = hide(rs, bwd) + hide(ag, fwd) + np.where(rs > 0, tail, 0.0)
-        z2 = m * hide(rs, bwd) + hide(ag, fwd) + np.where(rs > 0, tail, 0.0)
-        z3 = m * (hide(ag, fwd) + hide(ag + rs, bwd))
+        shared = grp.units(0) > 1  # the DP traffic uses the NICs the all-to-alls use
+        f_win = np.where(shared, np.maximum(fwd - nic_fwd, 0.0), fwd)
+        b_win = np.where(shared, np.maximum(bwd - nic_bwd, 0.0), bwd)
+        z0 = hide(ar, b_win) + np.where(ar > 0, tail_ar, 0.0)
+        z1 = hide(rs, b_win) + hide(ag, f_win) + np.where(rs > 0, tail, 0.0)
+        z2 = m * hide(rs, b_win) + hide(ag, f_win) + np.where(rs > 0, tail, 0.0)
+        z3 = m * (hide(ag, f_win) + hide(ag + rs, b_win))
         # a group with nothing to reduce (a dense model's experts) launches no collective
         total = total + np.where(psi > 0, np.choose(zero, [z0, z1, z2, z3]), 0.0)
     return total
@@ -286,13 +308,13 @@ def tied_embedding_allreduce(problem: Problem, arch: Arch, t: LayoutTable) -> np
     tp, cp, dp, pp = (t[k].astype(np.float64) for k in ("tp", "cp", "dp", "pp"))
     nbytes = float(problem.training.grad_bytes) * arch.p_embed / tp
     pair = group(np.where(pp > 1, 2.0, 1.0), tp * cp * dp * np.maximum(pp - 1.0, 1.0),
-                 problem.cluster.nvlink_domain)
+                 tier_sizes(problem))
     return np.where(pp > 1, collective_time(problem, Collective.ALL_REDUCE, nbytes, pair), 0.0)
 
 
 def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.ndarray]:
     """Time items (seconds per step) of the pacing stage, plus `step`, `stage` and `m`."""
-    groups = layout_groups(t, problem.cluster.nvlink_domain)
+    groups = layout_groups(t, tier_sizes(problem))
     m = micro_batches(problem.training.global_batch, t).astype(np.float64)
     pp, vp = t["pp"].astype(np.float64), t["vp"].astype(np.float64)
     tp, sp = t["tp"].astype(np.float64), t["sp"] == 1
@@ -309,7 +331,8 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
     items_by_stage = []
     for name, v in per_stage.items():
         dense, expert = stage_params(arch, t, v["stage"])
-        dp = _dp_exposed(problem, t, groups, dense, expert, v["fwd"], v["bwd"], m)
+        dp = _dp_exposed(problem, t, groups, dense, expert, v["fwd"], v["bwd"], m,
+                         v["nic_fwd"], v["nic_bwd"])
         shard = dense / np.where(zero >= 1, d, 1.0) + expert / np.where(zero >= 1, d_e, 1.0)
         opt = memory_bound_time(problem, shard * (ADAM_BYTES + gb))
         off = m * v["off"]

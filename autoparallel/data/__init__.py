@@ -7,7 +7,8 @@ from pathlib import Path
 
 
 def data_path(name: str) -> Path:
-    """Path of a shipped data file (`published_runs.csv`, `memory_runs.csv`)."""
+    """Path of a shipped data file (`published_runs.csv`, `memory_runs.csv`,
+    `megatron_bridge_recipes.csv`, `error_bands.csv`)."""
     return Path(str(resources.files(__package__) / name))
 
 

@@ -136,7 +136,7 @@ class Exporter(ABC):
 
     def check(self, problem: Problem, layout: Layout) -> list[str]:
         """Reasons this target cannot launch `layout` for `problem` (empty when it can)."""
-        job = Job.of(problem, whole_recompute(problem, layout))
+        job = Job.of(problem, as_launched(problem, layout))
         reasons = common_reasons(job) + self.pipeline_reasons(job) + self.offload_reasons(job)
         return reasons + [r for r in self.limits(job) if r not in reasons]
 
@@ -185,7 +185,7 @@ class Exporter(ABC):
         if reasons:
             raise ExportError(f"{self.name} cannot launch {layout.resolved(problem.cluster.n_gpus).slug}: "
                               + "; ".join(reasons))
-        return self.text(Job.of(problem, whole_recompute(problem, layout)))
+        return self.text(Job.of(problem, as_launched(problem, layout)))
 
     def companion(self, job: Job) -> str | None:
         """A note that travels with the file when the file format has no comments (what the
@@ -244,6 +244,15 @@ def dp_bucket_params(job: Job) -> int:
     from ..cost.time import DDP_BUCKET_PARAMS
 
     return int(max(DDP_BUCKET_PARAMS, 1e6 * job.data_group))
+
+
+def as_launched(problem: Problem, layout: Layout) -> Layout:
+    """`layout` as the launcher file writes it: the balanced uneven split filled in where pp x vp
+    does not divide the layers and none is given (`search.splits.with_default_split`, the split
+    `plan` and `estimate` take), a whole partial recompute written whole (`whole_recompute`)."""
+    from ..search.splits import with_default_split
+
+    return whole_recompute(problem, with_default_split(problem, layout)[0])
 
 
 def whole_recompute(problem: Problem, layout: Layout) -> Layout:

@@ -8,7 +8,7 @@ configs). Mapping of autoparallel's layout:
 | dp | not a flag: Megatron derives DP = world / (TP x PP x CP) |
 | tp, sp | `--tensor-model-parallel-size`, `--sequence-parallel` |
 | pp, vp | `--pipeline-model-parallel-size`, `--num-layers-per-virtual-pipeline-stage L/(PP x VP)` |
-| uneven split | `--decoder-first-pipeline-num-layers`, `--decoder-last-pipeline-num-layers` (and VP as `--num-virtual-stages-per-pipeline-rank`, launchers.md §1.1) |
+| uneven split | `--decoder-first-pipeline-num-layers`, `--decoder-last-pipeline-num-layers` when each stage's layers divide by VP (and VP as `--num-virtual-stages-per-pipeline-rank`, launchers.md §1.1); else `--account-for-embedding-in-pipeline-split` / `--account-for-loss-in-pipeline-split` where counting the embedding and loss as a layer each reproduces the split (Megatron-Bridge's Llama-3.1-405B and Qwen3 recipes); else `--pipeline-model-parallel-layout` (`split_args`) |
 | schedule | 1F1B, or interleaved 1F1B with VP; zero-bubble and DualPipe schedules are refused |
 | cp | `--context-parallel-size`, `--cp-comm-type` of the form (`CP_COMM_TYPE`), `--hierarchical-context-parallel-sizes u r` for a2a+ring |
 | ep | `--expert-model-parallel-size` (expert TP left at its default, = TP, as the cost model) |
@@ -48,18 +48,84 @@ def shell_line(words) -> str:
     return " ".join(w if isinstance(w, Raw) else shlex.quote(str(w)) for w in words)
 
 
+def accounting(n_layers: int, pp: int, vp: int, stage_layers: list[int]) -> tuple[bool, bool] | None:
+    """(embedding, loss) counted as a layer each if that reproduces `stage_layers`: Megatron-Core
+    then places (L + e + l) / pp layers on every rank, one fewer in the first chunk of rank 0
+    (`--account-for-embedding-in-pipeline-split`) and in the last chunk of rank pp - 1
+    (`--account-for-loss-in-pipeline-split`), each rank's count divisible by vp
+    (transformer_block.py `get_num_layers_to_build`, transformer_config.py checks, 0.16.1).
+    None when no such accounting gives the split."""
+    for emb, loss in ((True, True), (True, False), (False, True)):
+        total = n_layers + emb + loss
+        if total % pp or (total // pp) % vp:
+            continue
+        m = total // pp
+        if list(stage_layers) == [m - emb] + [m] * (pp - 2) + [m - loss]:
+            return emb, loss
+    return None
+
+
+def layout_string(stage_layers: list[int], vp: int) -> str:
+    """Megatron-Core's `--pipeline-model-parallel-layout` for these layers per rank: stage i =
+    chunk a of rank b with i = a x pp + b, `|` between stages, `E` the embedding (chunk 0 of
+    rank 0), `L` the loss (last chunk of rank pp - 1), `t*k` k decoder layers, `(X|)*n` n equal
+    stages (PipelineParallelLayerLayout.parse_str_to_list, 0.16.1). Each rank's layers are dealt
+    over its chunks as evenly as they go, the extra layers away from the embedding and towards
+    the loss end: rank 0's last chunks, the last rank's first chunks, as the accounting above
+    would place them.
+
+    Example: DeepSeek-V3's 61 layers as [15, 16, 16, 14] on vp 4 -> 'Et*3|(t*4|)*10t*3|(t*4|)*3t*3L'
+    (rank 3 holds 4, 4, 3, 3 layers in its chunks)."""
+    pp = len(stage_layers)
+    chunks = []
+    for b, n in enumerate(stage_layers):
+        base, extra = divmod(n, vp)
+        per = [base + (a >= vp - extra if b < pp - 1 else a < extra) for a in range(vp)]
+        chunks.append(per)
+    stages = []
+    for a in range(vp):
+        for b in range(pp):
+            k = chunks[b][a]
+            text = ("E" if a == b == 0 else "") + ("t" if k == 1 else f"t*{k}" if k else "")
+            stages.append(text + ("L" if a == vp - 1 and b == pp - 1 else ""))
+    out, i = [], 0
+    while i < len(stages):
+        j = i
+        while j + 1 < len(stages) - 1 and stages[j + 1] == stages[i]:
+            j += 1
+        n = j - i + 1
+        out.append(f"({stages[i]}|)*{n}" if n > 1 else stages[i] + ("|" if j < len(stages) - 1 else ""))
+        i = j + 1
+    return "".join(out)
+
+
+def split_args(job: Job) -> list:
+    """Pipeline split flags: none for the even split (`--num-layers-per-virtual-pipeline-stage`
+    with vp > 1); an uneven split as Megatron-Core reads it, the first form that expresses it:
+    `--decoder-first/last-pipeline-num-layers` when every stage's count is divisible by vp, the
+    embedding/loss accounting (`accounting`), else `--pipeline-model-parallel-layout`
+    (`layout_string`, which sets vp itself). With vp > 1 the first two take
+    `--num-virtual-stages-per-pipeline-rank` (Megatron-LM arguments.py: uneven splits need it)."""
+    lay = job.layout
+    sl = lay.stage_layers
+    if not sl:
+        return ["--num-layers-per-virtual-pipeline-stage", job.layers_per_virtual_stage] if lay.vp > 1 else []
+    vp_flag = ["--num-virtual-stages-per-pipeline-rank", lay.vp] if lay.vp > 1 else []
+    if all(x % lay.vp == 0 for x in sl):
+        return ["--decoder-first-pipeline-num-layers", sl[0],
+                "--decoder-last-pipeline-num-layers", sl[-1]] + vp_flag
+    counted = accounting(job.problem.model.n_layers, lay.pp, lay.vp, sl)
+    if counted is not None:
+        return ((["--account-for-embedding-in-pipeline-split"] if counted[0] else [])
+                + (["--account-for-loss-in-pipeline-split"] if counted[1] else []) + vp_flag)
+    return ["--pipeline-model-parallel-layout", layout_string(sl, lay.vp)]
+
+
 def parallel_args(job: Job) -> list[list]:
     """Parallelism, sharding, overlap, recompute and batch flags, one list per script line."""
     lay, tr = job.layout, job.problem.training
     tp = ["--tensor-model-parallel-size", lay.tp] + (["--sequence-parallel"] if lay.sp else [])
-    pp = ["--pipeline-model-parallel-size", lay.pp]
-    if lay.stage_layers:
-        pp += ["--decoder-first-pipeline-num-layers", lay.stage_layers[0],
-               "--decoder-last-pipeline-num-layers", lay.stage_layers[-1]]
-        if lay.vp > 1:  # layers per virtual stage differ between stages: give VP directly
-            pp += ["--num-virtual-stages-per-pipeline-rank", lay.vp]
-    elif lay.vp > 1:
-        pp += ["--num-layers-per-virtual-pipeline-stage", job.layers_per_virtual_stage]
+    pp = ["--pipeline-model-parallel-size", lay.pp] + split_args(job)
     lines = [tp, pp, cp_args(job)]
     if job.problem.model.moe is not None:
         ep = ["--expert-model-parallel-size", lay.ep]
@@ -143,11 +209,16 @@ PRECISION_FLAGS: dict[str, list[str]] = {
 
 def training_args(job: Job) -> list[list]:
     """The job settings of `problem.training` the cost model assumed, as flags: precision,
-    gradient dtype (memory ledger: 2 or 4 bytes per gradient) and TP communication overlap.
+    gradient dtype (memory ledger: 2 or 4 bytes per gradient), low-precision parameters and TP
+    communication overlap.
     Every training setting maps to Megatron-LM here, in one place."""
     lay, tr = job.layout, job.problem.training
     words = ["--fp16" if tr.precision == "fp16" else "--bf16", GRAD_FLAG[tr.grad_dtype]]
     words += PRECISION_FLAGS[tr.precision]
+    if tr.fp8_param_gather and PRECISION_FLAGS[tr.precision]:
+        # low-precision weights only, gathered so (DistributedDataParallelConfig.fp8_param_gather;
+        # TransformerConfig.fp4_param is `--fp4-param-gather`)
+        words.append("--fp4-param-gather" if tr.precision == "nvfp4" else "--fp8-param-gather")
     if lay.zero in SHARDING:  # Megatron-FSDP keeps its own main-gradient dtype
         words += ["--megatron-fsdp-main-grads-dtype", tr.grad_dtype]
     if lay.sp and tr.tp_comm_overlap:

@@ -18,7 +18,6 @@ is `llama3_ring_attention`, which all-gathers K and V).
 
 from __future__ import annotations
 
-import yaml
 
 from ..specs.layout import Recompute
 from ._base import Exporter, Job, architecture, comments, recompute_of
@@ -114,5 +113,7 @@ class NanotronExporter(Exporter):
             notes.append("This model's MoE / MLA keys are not written: add them for your "
                          "Nanotron model class.")
         head = "\n".join(comments(job.header + notes))
+        import yaml  # only when a Nanotron file is written (its import is the slow part)
+
         body = yaml.safe_dump(config(job), sort_keys=False, default_flow_style=False)
         return head + "\n" + body

@@ -28,9 +28,10 @@ after the problem columns. Version 3: + `optimizer_dtype`; `usable_fraction` emp
 allocator margin; + mem_reserved_gib, mem_device_gib, mem_headroom_gib, mem_first_stage_gib,
 mem_last_stage_gib. Version 4: + `model_code`, `torch_compile`, `autocast` (what the model's code
 saves for backward) after `attention`; + time_offload_s (host-link transfers and CPU optimizer step of offloaded layouts)
-after time_optimizer_s; + `layout` (the full slug) after grad_accum. Version 5: + `cp_comm`
-(the context-parallel form, empty when cp = 1) and `cp_a2a` (the hierarchical form's all-to-all
-group) after cp."""
+after time_optimizer_s; + `layout` (the full slug) after grad_accum. Version 5: +
+`fp8_param_gather` after `tp_comm_overlap`, + `network` (the network preset or file) before
+`profile`, + `cp_comm` (the context-parallel form, empty when cp = 1) and `cp_a2a` (the
+hierarchical form's all-to-all group) after cp."""
 
 
 def ranked_frame(result) -> pd.DataFrame:

@@ -6,7 +6,9 @@ A model may be a preset name, a TOML/JSON file with `ModelSpec` keys, or a Huggi
 
 from __future__ import annotations
 
+import copy
 import difflib
+import functools
 import json
 import tomllib
 from importlib import resources
@@ -14,19 +16,34 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..errors import SpecError, format_validation_error
+from ..errors import InputWarning, SpecError, format_validation_error
 from ..specs.hardware import GPUSpec, Profile
 from ..specs.model import ModelSpec
+from ..specs.network import NetworkSpec
 from ..specs.stack import StackSpec
 from .hf import hf_config_to_model_dict, is_hf_config, size_name, text_model_config
 
-__all__ = ["list_models", "list_gpus", "list_stacks", "load_model", "load_gpu", "load_stack",
-           "load_profile", "read_table"]
+__all__ = ["list_models", "list_gpus", "list_stacks", "list_networks", "load_model", "load_gpu",
+           "load_stack", "load_network", "load_profile", "read_table"]
 
 
 def _names(kind: str) -> list[str]:
+    return list(_preset_names(kind))
+
+
+@functools.cache
+def _preset_names(kind: str) -> tuple[str, ...]:
+    """Names of the packaged presets of one kind (the folder is listed once per process)."""
     folder = resources.files(__package__) / kind
-    return sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
+    return tuple(sorted(p.name[: -len(".toml")] for p in folder.iterdir()
+                        if p.name.endswith(".toml")))
+
+
+@functools.cache
+def _preset_table(folder: str, name: str) -> dict:
+    """A packaged preset's TOML, parsed once per process (callers get a copy)."""
+    return tomllib.loads((resources.files(__package__) / folder / f"{name}.toml")
+                         .read_text(encoding="utf-8"))
 
 
 def list_models() -> list[str]:
@@ -42,6 +59,11 @@ def list_gpus() -> list[str]:
 def list_stacks() -> list[str]:
     """Names of the packaged software-stack presets."""
     return _names("stacks")
+
+
+def list_networks() -> list[str]:
+    """Names of the packaged network presets."""
+    return _names("networks")
 
 
 MAX_NESTING = 32
@@ -74,13 +96,14 @@ def read_table(path: Path) -> dict:
     if _depth(text) > MAX_NESTING:
         raise SpecError(f"{path}: nested more than {MAX_NESTING} levels deep; a spec file is a "
                         "few tables deep")
+    kind = "JSON" if path.suffix.lower() == ".json" else "TOML"
     try:
-        if path.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            data = tomllib.loads(text)
+        data = json.loads(text) if kind == "JSON" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise SpecError(f"{path}: not valid {path.suffix.lstrip('.').upper() or 'TOML'}: {exc}") from None
+        how = ("" if path.suffix.lower() in (".json", ".toml") else
+               f" (read as TOML: {path.suffix or 'no suffix'!r} is neither .toml nor .json)")
+        raise SpecError(f"{path}: not valid {kind}{how}: {exc}; give a .toml or .json spec "
+                        "file") from None
     except RecursionError:
         raise SpecError(f"{path}: nested too deeply to read (a spec file is a few tables deep)") from None
     if not isinstance(data, dict):
@@ -100,9 +123,8 @@ def _unknown(kind: str, ref: str, names: list[str]) -> SpecError:
 def _resolve(kind: str, ref: str, names: list[str]) -> tuple[dict, str]:
     """Return (raw dict, source label) for a preset name or a file path."""
     if ref in names:
-        folder = {"model": "models", "gpu": "gpus", "stack": "stacks"}[kind]
-        text = (resources.files(__package__) / folder / f"{ref}.toml").read_text(encoding="utf-8")
-        return tomllib.loads(text), f"preset {ref}"
+        folder = {"model": "models", "gpu": "gpus", "stack": "stacks", "network": "networks"}[kind]
+        return copy.deepcopy(_preset_table(folder, ref)), f"preset {ref}"
     path = Path(ref)
     if path.suffix.lower() in {".toml", ".json"} or path.exists():
         if not path.exists():
@@ -111,6 +133,25 @@ def _resolve(kind: str, ref: str, names: list[str]) -> tuple[dict, str]:
     raise _unknown(kind, ref, names)
 
 
+def _preset_once(loader):
+    """`loader` with its results for preset names kept (specs are frozen; a file path is read
+    every time, it may change)."""
+    kind = loader.__name__.removeprefix("load_")
+    folder = {"model": "models", "gpu": "gpus", "stack": "stacks"}[kind]
+    cached = functools.cache(loader)
+
+    @functools.wraps(loader)
+    def load(ref):
+        if isinstance(ref, str):  # model names are exact, GPU and stack names any case
+            name = ref if kind == "model" else ref.lower()
+            if name in _preset_names(folder):
+                return cached(name)
+        return loader(ref)
+
+    return load
+
+
+@_preset_once
 def load_model(ref: str | ModelSpec) -> ModelSpec:
     """A `ModelSpec` from a preset name, a TOML/JSON file or a Hugging Face config.json."""
     if isinstance(ref, ModelSpec):
@@ -140,6 +181,7 @@ def load_model(ref: str | ModelSpec) -> ModelSpec:
     return model
 
 
+@_preset_once
 def load_gpu(ref: str | GPUSpec) -> GPUSpec:
     """A `GPUSpec` from a preset name or a TOML/JSON file."""
     if isinstance(ref, GPUSpec):
@@ -151,6 +193,7 @@ def load_gpu(ref: str | GPUSpec) -> GPUSpec:
         raise SpecError(format_validation_error(exc, f"gpu ({source})")) from None
 
 
+@_preset_once
 def load_stack(ref: str | StackSpec) -> StackSpec:
     """A `StackSpec` from a preset name or a TOML/JSON file."""
     if isinstance(ref, StackSpec):
@@ -162,6 +205,21 @@ def load_stack(ref: str | StackSpec) -> StackSpec:
         return StackSpec.validate_strict(data)
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, f"stack ({source})")) from None
+
+
+def load_network(ref: str | NetworkSpec) -> NetworkSpec:
+    """A `NetworkSpec` from a preset name or a TOML/JSON file."""
+    if isinstance(ref, NetworkSpec):
+        return ref
+    names = list_networks()
+    key = str(ref).lower() if str(ref).lower() in names else str(ref)
+    data, source = _resolve("network", key, names)
+    if source != f"preset {key}":
+        data.setdefault("name", Path(str(ref)).stem)
+    try:
+        return NetworkSpec.validate_strict(data)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, f"network ({source})")) from None
 
 
 def load_profile(path: str | Path, base: Profile | None = None) -> Profile:
@@ -176,6 +234,22 @@ def load_profile(path: str | Path, base: Profile | None = None) -> Profile:
     knobs = {k: v for k, v in knobs.items() if k not in {"gpu", "meta"}}
     merged = {**(base.model_dump() if base else {}), **knobs}
     try:
-        return Profile.validate_strict(merged)
+        profile = Profile.validate_strict(merged)
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, f"profile ({path})")) from None
+    at_peak = [f"{k} = {getattr(profile, k):.4g}" for k in knobs
+               if k.endswith("_efficiency") and getattr(profile, k, 0) >= AT_PEAK]
+    if at_peak:
+        import warnings
+
+        warnings.warn(f"profile ({path}): {', '.join(at_peak)}: at the physical bound (no "
+                      "kernel reaches its peak; measured GEMMs reach 70-87 %), so the plan will "
+                      "promise more than any run achieves; refit it on checked measurements",
+                      InputWarning, stacklevel=2)
+    return profile
+
+
+AT_PEAK = 0.99
+"""An efficiency knob at or above this share of peak in a profile file is warned about: the best
+measured GEMMs reach 70-87 % of peak (MAMF, cost-model reference §7.1), attention and collectives
+less."""

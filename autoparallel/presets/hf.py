@@ -85,6 +85,16 @@ class _Reader:
                             "count and width", fix)
         return v
 
+    def text(self, key: str, fix: str = "give the value of the published config") -> str | None:
+        """A string value (an activation or model type name); None when absent or null."""
+        v = self.cfg.get(key)
+        if v is None:
+            return None
+        if not isinstance(v, str):
+            raise self.fail(key, v, f"must be a string (a name such as \"silu\"), not "
+                            f"{type(v).__name__}", fix)
+        return v
+
     def first_count(self, keys: tuple[str, ...], **kw) -> int | None:
         present = [k for k in keys if self.cfg.get(k) is not None]
         return self.count(present[0], **kw) if present else None
@@ -108,7 +118,8 @@ def text_model_config(cfg: dict) -> tuple[dict, list[str]]:
 
 
 def _activation(cfg: dict, family: str, source: str) -> str:
-    act = str(cfg.get("hidden_activation") or cfg.get("hidden_act") or "silu").lower()
+    r = _Reader(cfg, source)
+    act = (r.text("hidden_activation") or r.text("hidden_act") or "silu").lower()
     gelu = act in _GELU or act.startswith("gelu")
     if family in GATED_FAMILIES:
         return "geglu" if gelu else "swiglu"
@@ -215,7 +226,8 @@ def hf_config_to_model_dict(cfg: dict, default_name: str | None, source: str) ->
     vocab = r.count("vocab_size", required=True, fix=fix_missing)
     kv = r.count("num_key_value_heads",
                  fix="remove the key for multi-head attention, or give the number of KV heads")
-    family = str(cfg.get("model_type") or "").lower()
+    family = (r.text("model_type") or "").lower()
+    r.text("_name_or_path")
     ffn = r.count("intermediate_size_mlp") or r.count(
         "intermediate_size", fix="give the MLP width (`intermediate_size`)")
     if ffn is None:

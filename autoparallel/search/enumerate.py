@@ -17,6 +17,8 @@ candidate is a SpecError naming the filter and the values that would work.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..cost.arch import build_arch
@@ -35,9 +37,8 @@ _SCHEDULE_VP = np.array([1, 0, 1, 2, 1, 2])
 
 def divisors(n: int) -> np.ndarray:
     """Sorted positive divisors of n."""
-    small = np.arange(1, int(np.sqrt(n)) + 1)
-    small = small[n % small == 0]
-    return np.unique(np.concatenate([small, n // small]))
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return np.array(sorted(set(small) | {n // d for d in small}), dtype=np.int64)
 
 
 class _TooMany(Exception):
@@ -129,7 +130,7 @@ def _enumerate(problem: Problem, space: SearchSpace) -> LayoutTable:
         cols = _keep(cols, cols["pp"] == len(space.stage_layers))
         _nonempty(cols, f"--stage-layers gives {len(space.stage_layers)} pipeline stages, which "
                   f"the pipeline degrees allowed (--pp, dividing the {n:,} GPUs) do not include")
-    vp_auto = np.union1d(divisors(L), [2])
+    vp_auto = np.array(sorted(set(divisors(L).tolist()) | {2}), dtype=np.int64)
     vp_auto = vp_auto[vp_auto <= space.max_vp]
     cols = _cross(cols, "vp", pick("vp", vp_auto))
     cols = _keep(cols, (cols["vp"] == 1) | (cols["pp"] > 1))

@@ -29,6 +29,17 @@ def largest_costs(ev: Evaluation, i: int, k: int = 3) -> str:
             f"memory: {_largest(mems, float(ev.memory['total'][i]) / GiB, k, 'GiB', '.1f')}")
 
 
+def tier_crossings(ev: Evaluation, i: int) -> str:
+    """'TP nvlink, CP leaf, DP spine, PP spine': for row `i`, the outermost network tier each of
+    its parallel groups crosses (`cost.network.crossings`; groups of one rank left out)."""
+    from ..cost.network import TIER_GROUPS, crossings
+
+    found = crossings(ev.problem, ev.table.take(np.array([i])))
+    skip = set() if ev.arch.n_experts else {"ep", "edp"}
+    parts = [f"{TIER_GROUPS[k]} {v[0]}" for k, v in found.items() if v[0] and k not in skip]
+    return ", ".join(parts) or "every group inside one GPU"
+
+
 def why_first(ev: Evaluation) -> str:
     """One line on why rank 1 beats rank 2."""
     if len(ev) < 2:
@@ -48,14 +59,49 @@ def why_first(ev: Evaluation) -> str:
     return text + "."
 
 
+def usable_basis(problem) -> str:
+    """What the usable memory is, in words: '80 GiB less CUDA context and NCCL buffers' (the
+    default: per layout, it depends on the communicators the layout creates) or '80 GiB x 0.9'
+    (an explicit `--usable-fraction`)."""
+    c = problem.cluster.gpu.hbm_gib
+    fraction = problem.training.usable_fraction
+    if fraction is not None:
+        return f"{c:g} GiB x {fraction:g}"
+    return f"{c:g} GiB less CUDA context and NCCL buffers"
+
+
+def usable_basis_of(rec: dict) -> str:
+    """`usable_basis` from an estimate record (its capacity and job)."""
+    cap = rec["memory_gib"]["capacity"]
+    fraction = rec["job"].get("usable_fraction")
+    return (f"{cap:g} GiB x {fraction:g}" if fraction is not None
+            else f"{cap:g} GiB less CUDA context and NCCL buffers")
+
+
+def usable_memory_line(records: list[dict]) -> str:
+    """'usable memory per GPU: 80 GiB less CUDA context and NCCL buffers, 76.2-77.7 GiB across
+    these layouts (their communicators differ); ! = memory band above it (2 of 10)' from the
+    ranked records (their `memory_gib.usable`, the one figure every view shows)."""
+    if not records:
+        return ""
+    usable = [r["memory_gib"]["usable"] for r in records]
+    basis = usable_basis_of(records[0])
+    lo, hi = min(usable), max(usable)
+    spread = (f"{lo:.1f} GiB" if round(lo, 1) == round(hi, 1) else
+              f"{lo:.1f}-{hi:.1f} GiB across these layouts (their communicators differ)")
+    risky = sum(r["memory_risk"] for r in records)
+    text = f"usable memory per GPU: {basis}, {spread}"
+    if risky:
+        text += (f"; ! = the memory band's upper end (mem high) exceeds it: may run out of "
+                 f"memory ({risky} of {len(records)})")
+    return text
+
+
 def nothing_fits_message(result) -> str:
-    """'0 of 41,472 layouts fit in 72 GiB; closest dp8-tp8-pp2 needs 91.2 GiB (...); try ...'"""
+    """'0 of 41,472 layouts fit in the usable memory (80 GiB less ...); closest dp8-tp8-pp2
+    needs 91.2 GiB of its 77.7 (...); try ...'"""
     p = result.problem
-    if result.nearest is not None and len(result.nearest):
-        usable = float(result.nearest.memory["usable"][0]) / GiB
-    else:
-        usable = p.cluster.gpu.hbm_gib * (p.training.usable_fraction or 1.0)
-    head = f"0 of {result.n_layouts:,} layouts fit in {usable:.1f} GiB"
+    head = f"0 of {result.n_layouts:,} layouts fit in the usable memory ({usable_basis(p)})"
     blocked = result.reject_counts.get(f"target_{result.target}", 0) if result.target else 0
     if blocked:
         return (f"{head} and can be launched by {result.target}: {blocked:,} layouts fit but "
@@ -76,7 +122,8 @@ def nothing_fits_message(result) -> str:
     if p.training.seq_len >= 16384 and int(t["cp"][0]) == 1:
         hints.append("context parallelism (--cp)")
     return (f"{head}; closest {slug(ev, 0)} needs {float(ev.memory['fit_peak'][0]) / GiB:.1f} GiB "
-            f"({parts}); {overflow(ev, 0)}; try {' or '.join(hints)}")
+            f"of its {float(ev.memory['usable'][0]) / GiB:.1f} usable ({parts}); {overflow(ev, 0)}; "
+            f"try {' or '.join(hints)}")
 
 
 def overflow(ev, i: int) -> str:
@@ -137,12 +184,16 @@ def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def versus(result, layout) -> str:
     """'#1 ... against dp128-tp8-pp16[7,8x14,7]-...: that layout ranks N of M, X % slower
     (its step 9.1 s vs 8.4 s): bubble +0.6 s, ...' or why it cannot run / fit."""
+    from .splits import with_default_split
+
+    layout = with_default_split(result.problem, layout)[0]
     st = result.standing(layout)
     rec = st["estimate"]
     name = layout.resolved(result.problem.cluster.n_gpus).slug
     if not rec["fits"]:
-        return (f"{name} does not fit: {rec['memory_gib']['usable'] - rec['memory_gib']['headroom']:.1f} GiB of "
-                f"{rec['memory_gib']['usable']:.1f} usable")
+        mem = rec["memory_gib"]
+        return (f"{name} does not fit: {mem['usable'] - mem['headroom']:.1f} GiB of its "
+                f"{mem['usable']:.1f} usable ({usable_basis(result.problem)})")
     if not len(result.ranked):
         return f"{name}: {rec['time_s']['step']:.3f} s per step; nothing else fits"
     best = {k: float(result.ranked.time[k][0]) for k in TIME_ITEMS}

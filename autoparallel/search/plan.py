@@ -36,8 +36,8 @@ class PlanResult:
     """When nothing fits: valid layouts closest to fitting, smallest memory first."""
     reject_counts: dict[str, int] = field(default_factory=dict)
     """How many enumerated layouts each rule rejected (a layout can break several)."""
-    study: object | None = None
-    """The Optuna study holding the kept survivors as trials (when requested)."""
+    _study: object | None = field(default=None, repr=False)
+    _make_study: object | None = field(default=None, repr=False)
     kept: int = 0
     """Survivors added as Optuna trials by this call (at most `keep`)."""
     storage: str | None = None
@@ -55,6 +55,16 @@ class PlanResult:
     """Per survivor: `step_low` of its error band, seconds."""
     band_high: np.ndarray | None = None
     """Per survivor: `step_high` of its error band, seconds."""
+
+    @property
+    def study(self):
+        """The Optuna study holding the kept survivors as trials (when requested; None
+        otherwise). An in-memory study is built on first use: creating Optuna trials is most
+        of a small plan's time, and most callers never look at them."""
+        if self._study is None and self._make_study is not None:
+            self._study, _ = self._make_study()
+            self._make_study = None
+        return self._study
 
     def standing(self, layout) -> dict:
         """Where `layout` (e.g. a published one) stands among the fitting layouts: its estimate,
@@ -193,9 +203,9 @@ def plan(
         survivors = survivors.take(np.flatnonzero(ok))
     bands = survivors.bands()
     tied = tied_with_first(bands.step_low, bands.step_high)
-    rob = robustness(survivors, bands.comm_share)
+    rob = robustness(survivors, bands)
     if rank_by == "robust":
-        order = robust_order(survivors.time["step"], tied, rob["score"])
+        order = robust_order(survivors.time["step"], tied, rob["score"], rob["memory_risk"])
         survivors = survivors.take(order)
         tied, rob = tied[order], {k: v[order] for k, v in rob.items()}
         bands = survivors.bands()
@@ -216,7 +226,11 @@ def plan(
     if (with_study or storage) and len(survivors):
         from .study import study_from_survivors
 
-        result.study, result.kept = study_from_survivors(result, keep, storage, study_name)
+        if storage is None:  # a new in-memory study holds min(keep, n_fit) trials: build lazily
+            result._make_study = lambda: study_from_survivors(result, keep, None, study_name)
+            result.kept = min(keep, len(survivors))
+        else:
+            result._study, result.kept = study_from_survivors(result, keep, storage, study_name)
         result.storage = storage
     result.search_s = time.perf_counter() - t0
     return result

@@ -10,6 +10,7 @@ of each other: ranking inside the band is noise. So:
 
       penalty = net_sensitivity + gemm_sensitivity + exposed_comm_share
                 + 0.10 x memory_used + 0.02 x (parallel_dims - 1) + 0.05 x [tp x ep leaves the node]
+                + memory_over
 
   - `net_sensitivity`: step time with the scale-out (NIC) bandwidth 20 % lower / step - 1
     (congestion, a degraded rail, a slower fabric than the preset's);
@@ -20,7 +21,10 @@ of each other: ranking inside the band is noise. So:
   - `memory_used`: memory total / usable (headroom against fragmentation and the memory band);
   - `parallel_dims`: how many of dp, tp, pp, cp, ep exceed 1 (each is a code path, a group and
     a failure mode more);
-  - the last term: tensor or expert parallelism crossing the scale-up domain.
+  - `tp_ep_in_node`: tensor or expert parallelism crossing the scale-up domain;
+  - `memory_over`: how far the upper end of the memory band (`memory_gib.total_high`) lies
+    above the usable memory, as a share of it (0 when it stays below): a layout that may run
+    out of memory (`memory_risk`).
 
   The weights make the measured sensitivities dominate; the last three terms separate layouts
   that are otherwise alike. Both perturbations re-run the time ledger on the whole survivor
@@ -31,7 +35,9 @@ of each other: ranking inside the band is noise. So:
   overlap it (thousands in a 70B plan); the score keeps speed in the choice and lets robustness
   decide between layouts of similar speed.
 
-`plan(..., rank_by="robust")` orders the tied group by robust score ahead of the rest;
+`plan(..., rank_by="robust")` orders the tied group ahead of the rest: the layouts without memory
+risk by robust score, then those with it (an out-of-memory failure costs the whole run, not a
+few percent);
 `rank_by="time"` keeps the fastest first and still reports `tied` and `robustness`.
 """
 
@@ -50,15 +56,13 @@ W_MEMORY, W_DIMS, W_CROSS_NODE = 0.10, 0.02, 0.05
 """Weights of memory use, extra parallel dimensions and TP x EP across the scale-up domain."""
 RANK_BY = ("time", "robust")
 ROBUSTNESS_KEYS = ("score", "penalty", "net_sensitivity", "gemm_sensitivity", "exposed_comm_share",
-                   "memory_used", "parallel_dims", "tp_ep_in_node")
+                   "memory_used", "parallel_dims", "tp_ep_in_node", "memory_over", "memory_risk")
 
 
 def perturbed_steps(ev: Evaluation) -> tuple[np.ndarray, np.ndarray]:
     """Step seconds of every row with the network 20 % slower, and with GEMMs 10 % slower."""
     p = ev.problem
-    c = p.cluster
-    slow_net = p.model_copy(update={"cluster": c.model_copy(
-        update={"inter_gb_per_s": c.inter_bytes_per_s * (1 - NET_DROP) / 1e9})})
+    slow_net = p.model_copy(update={"cluster": _slower_network(p.cluster)})
     slow_gemm = p.model_copy(update={"profile": p.profile.model_copy(
         update={"gemm_efficiency": p.profile.gemm_efficiency * (1 - GEMM_DROP)})})
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -67,9 +71,26 @@ def perturbed_steps(ev: Evaluation) -> tuple[np.ndarray, np.ndarray]:
     return net, gemm
 
 
-def robustness(ev: Evaluation, comm_share: np.ndarray) -> dict[str, np.ndarray]:
-    """The penalty and its terms for every row (see the module docstring)."""
+def _slower_network(c):
+    """The cluster with every network tier (above the scale-up domain) `NET_DROP` slower."""
+    if c.network is None:
+        return c.model_copy(update={"inter_gb_per_s": c.inter_bytes_per_s * (1 - NET_DROP) / 1e9})
+    nic = c.inter_bytes_per_s / 1e9  # the override where given, else the GPU's NIC
+    tiers = [c.network.tiers[0]] + [
+        t.model_copy(update={"gb_per_s": (t.gb_per_s if t.gb_per_s is not None and
+                                          c.inter_gb_per_s is None else nic) * (1 - NET_DROP)})
+        for t in c.network.tiers[1:]]
+    return c.model_copy(update={"inter_gb_per_s": None,
+                                "network": c.network.model_copy(update={"tiers": tiers})})
+
+
+def robustness(ev: Evaluation, bands) -> dict[str, np.ndarray]:
+    """The penalty and its terms for every row (see the module docstring); `bands` are the
+    rows' error bands (`Evaluation.bands`)."""
+    from ..evaluate import memory_risk
+
     step = ev.time["step"]
+    comm_share = bands.comm_share
     net, gemm = perturbed_steps(ev)
     t = ev.table
     dims = sum((t[k] > 1).astype(int) for k in ("dp", "tp", "pp", "cp", "ep"))
@@ -77,10 +98,12 @@ def robustness(ev: Evaluation, comm_share: np.ndarray) -> dict[str, np.ndarray]:
     used = ev.memory["fit_peak"] / ev.memory["usable"]
     out = {"net_sensitivity": net / step - 1.0, "gemm_sensitivity": gemm / step - 1.0,
            "exposed_comm_share": np.asarray(comm_share, dtype=float), "memory_used": used,
-           "parallel_dims": dims, "tp_ep_in_node": in_node}
+           "parallel_dims": dims, "tp_ep_in_node": in_node,
+           "memory_over": np.maximum(bands.memory_total_high / ev.memory["usable"] - 1.0, 0.0),
+           "memory_risk": memory_risk(ev.memory, bands)}
     out["penalty"] = (out["net_sensitivity"] + out["gemm_sensitivity"] + out["exposed_comm_share"]
                       + W_MEMORY * used + W_DIMS * np.maximum(dims - 1, 0)
-                      + W_CROSS_NODE * (~in_node))
+                      + W_CROSS_NODE * (~in_node) + out["memory_over"])
     out["score"] = step * (1.0 + out["penalty"])
     return out
 
@@ -92,10 +115,13 @@ def tied_with_first(step_low: np.ndarray, step_high: np.ndarray) -> np.ndarray:
     return step_low <= step_high[0]
 
 
-def robust_order(step: np.ndarray, tied: np.ndarray, score: np.ndarray) -> np.ndarray:
-    """Indices: the tied rows by robust score (then step), then the others in their given order."""
+def robust_order(step: np.ndarray, tied: np.ndarray, score: np.ndarray,
+                 risk: np.ndarray | None = None) -> np.ndarray:
+    """Indices: the tied rows without memory risk by robust score (then step), then the tied
+    rows with it (same order), then the others in their given order."""
     idx = np.arange(len(step))
-    head = idx[tied][np.lexsort((step[tied], score[tied]))]
+    risk = np.zeros(len(step), dtype=bool) if risk is None else np.asarray(risk, dtype=bool)
+    head = idx[tied][np.lexsort((step[tied], score[tied], risk[tied]))]
     return np.concatenate([head, idx[~tied]])
 
 
@@ -106,7 +132,8 @@ def record_of(rob: dict[str, np.ndarray], i: int) -> dict:
             "exposed_comm_share": float(rob["exposed_comm_share"][i]),
             "memory_used": float(rob["memory_used"][i]),
             "parallel_dims": int(rob["parallel_dims"][i]),
-            "tp_ep_in_node": bool(rob["tp_ep_in_node"][i])}
+            "tp_ep_in_node": bool(rob["tp_ep_in_node"][i]),
+            "memory_over": float(rob["memory_over"][i])}
 
 
 def why_recommended(result) -> str:
@@ -117,7 +144,8 @@ def why_recommended(result) -> str:
         return ""
     step = result.survivors.time["step"]
     fastest = int(np.argmin(step))
-    best = int(np.argmin(np.where(result.tied, rob["score"], np.inf)))
+    order = robust_order(step, result.tied, rob["score"], rob["memory_risk"])
+    best = int(order[0])
     slug = result.survivors.table.row(best).slug
     lo, hi = result.band_low[fastest], result.band_high[fastest]
     head = (f"{n_tied:,} layout(s) tie with the fastest within its error band "
@@ -134,7 +162,8 @@ def why_recommended(result) -> str:
             f"(network -20 %: {r['net_sensitivity']:+.1%}, GEMM -10 %: {r['gemm_sensitivity']:+.1%}, "
             f"exposed comm {r['exposed_comm_share']:.0%}, memory {r['memory_used']:.0%} of usable, "
             f"{r['parallel_dims']} parallel dims, TP x EP {'inside' if r['tp_ep_in_node'] else 'across'} "
-            "the node)")
+            "the node" + (f", memory band {r['memory_over']:.0%} over usable"
+                          if r["memory_over"] > 0 else "") + ")")
     if best == fastest:
         return text + "."
     if result.rank_by == "robust":

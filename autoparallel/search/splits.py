@@ -1,15 +1,32 @@
 """Uneven pipeline splits: how many transformer layers the first and last stage hold.
 
-Megatron-Core takes the first and last stage's layer counts and splits the rest evenly
-(`--decoder-first-pipeline-num-layers`, `--decoder-last-pipeline-num-layers`; launchers.md §1.1),
-each count divisible by vp. The last stage also runs the output layer and the loss, the first the
-embedding (reference §4: "stage imbalance adds directly to the bubble"). `balanced_splits` picks
-the splits that minimise the most loaded stage's forward FLOPs, with the output layer counted as
-`output_layers` transformer layers (its FLOP ratio, `output_weight`)."""
+Megatron-Core writes such a split three ways (megatron/core/transformer/transformer_config.py,
+transformer_block.py `get_num_layers_to_build`, 0.16.1): the first and last stage's counts with
+the rest shared evenly (`--decoder-first/last-pipeline-num-layers`, every count divisible by vp);
+the embedding and / or the loss counted as one layer each (`--account-for-embedding-in-pipeline-
+split`, `--account-for-loss-in-pipeline-split`: (L + 2) / pp layers per rank, one fewer in the
+first chunk of rank 0 and the last chunk of rank pp - 1, so the ends need not be divisible by vp);
+or any placement (`--pipeline-model-parallel-layout`). The last stage also runs the output layer
+and the loss, the first the embedding (reference §4: "stage imbalance adds directly to the
+bubble"). `balanced_splits` picks the splits that minimise the most loaded stage's forward FLOPs,
+with the output layer counted as `output_weight` transformer layers (its FLOP ratio); the middle
+stages hold equal counts, divisible by vp (equal model chunks), the first and last any count.
+
+`default_split` is the split `plan` takes for a (pp, vp) whose product does not divide the
+layers, and `with_default_split` gives it to a layout that names none: the one entry point that
+`estimate`, `estimate --input`, `plan --versus`, `export`, `tune` and the Python API share."""
 
 from __future__ import annotations
 
-from ..cost.arch import Arch
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from ..cost.arch import Arch, build_arch
+from ..specs.layout import stage_layers_slug
+
+if TYPE_CHECKING:
+    from ..specs.layout import Layout
+    from ..specs.problem import Problem
 
 
 def output_weight(arch: Arch, seq_len: int) -> float:
@@ -24,24 +41,40 @@ def balanced_splits(n_layers: int, pp: int, vp: int, w_last: float, k: int = 2) 
     """Up to `k` (first, last) layer counts of the splits whose most loaded stage is lightest
     (load = layers, + `w_last` on the last stage), uneven ones only (the even split is the
     `(0, 0)` row the enumerator keeps anyway); where an even split exists, only splits lighter
-    than it; and only splits within one layer or 10 % of the ideal load (L + w_last) / pp. Ties prefer the smaller total squared load
-    (a flatter pipeline), then fewer layers on the first stage (it holds the most micro-batches).
+    than it; and only splits within one layer or 10 % of the ideal load (L + w_last) / pp. Ties
+    prefer the smaller total squared load (a flatter pipeline), then fewer layers on the first
+    stage (it holds the most micro-batches). The middle stages' count is a multiple of vp; the
+    ends are any positive count (Megatron's embedding/loss accounting or layout string) whose
+    model chunks, dealt as evenly as they go, hold no more layers than a middle stage's (with
+    vp > 1 a heavier chunk paces the interleaved schedule, which the per-stage load misses);
+    with pp = 2 and vp > 1 both ends divisible by vp.
 
-    Example: Llama-3.1-405B (126 layers) on pp 16: [(7, 7), (6, 8)] -> `pp16[7,8x14,7]` first.
+    Example: Llama-3.1-405B (126 layers) on pp 16: [(7, 7), (6, 8)] -> `pp16[7,8x14,7]` first,
+    also with vp 2, 4 or 8 (Megatron-Bridge's 405B recipes: 128 / 16 = 8 per rank with the
+    embedding and the loss counted as a layer each).
     """
+    return list(_balanced(int(n_layers), int(pp), int(vp), float(w_last), int(k)))
+
+
+@lru_cache(maxsize=4096)
+def _balanced(n_layers: int, pp: int, vp: int, w_last: float, k: int) -> tuple[tuple[int, int], ...]:
     if pp < 2:
-        return []
+        return ()
     found = []
     mids = [None] if pp == 2 else range(vp, n_layers // (pp - 2) + 1, vp)
     for mid in mids:
         rest = n_layers - (0 if mid is None else (pp - 2) * mid)
-        if rest < 2 * vp:
+        if rest < 2:
             continue
-        ideal = (rest - w_last) / 2.0
-        for first in {vp * int(ideal // vp) + d * vp for d in (-1, 0, 1, 2)}:
+        # first = last + w balances the ends: first near (rest + w) / 2, last near (rest - w) / 2
+        for first in range(int((rest - w_last) // 2) - 1, int((rest + w_last) // 2) + 3):
             last = rest - first
-            if first < vp or last < vp or last % vp:
+            if first < 1 or last < 1:
                 continue
+            if vp > 1 and mid is None and (first % vp or last % vp):
+                continue
+            if vp > 1 and mid is not None and vp * max(-(-first // vp), -(-last // vp)) > mid:
+                continue  # an end chunk heavier than a middle one would pace the interleaving
             if mid is not None and first == mid == last:
                 continue  # the even split
             if mid is None and first == last:
@@ -63,4 +96,61 @@ def balanced_splits(n_layers: int, pp: int, vp: int, w_last: float, k: int = 2) 
             out.append(split)
         if len(out) == k:
             break
-    return out
+    return tuple(out)
+
+
+def spelled_out(n_layers: int, pp: int, first: int, last: int) -> list[int]:
+    """Layers per stage, first to last, of the split with `first` and `last` at the ends and the
+    middle stages sharing the rest equally."""
+    if pp == 1:
+        return [n_layers]
+    mid = (n_layers - first - last) // max(pp - 2, 1)
+    return [first] + [mid] * (pp - 2) + [last]
+
+
+def default_split(arch: Arch, seq_len: int, pp: int, vp: int) -> list[int] | None:
+    """The layers per stage `plan` takes for (pp, vp) when pp x vp does not divide the layers:
+    the most balanced uneven split (`balanced_splits`, first of them), as `plan`'s enumerator
+    picks it (`search.enumerate._with_splits`). None when the even split exists or pp = 1, or
+    when no split with equal middle stages is balanced enough (e.g. 80 layers on pp 32)."""
+    L = arch.n_layers
+    if pp < 2 or L % (pp * vp) == 0:
+        return None
+    found = balanced_splits(L, pp, vp, output_weight(arch, seq_len), k=1)
+    return spelled_out(L, pp, *found[0]) if found else None
+
+
+def split_note(n_layers: int, pp: int, vp: int, split: list[int]) -> str:
+    """The one line that says a layout was given the balanced split (`with_default_split`)."""
+    chunks = f"pp x vp = {pp} x {vp} = {pp * vp}" if vp > 1 else f"pp = {pp}"
+    return (f"{chunks} does not divide the {n_layers} layers: using the balanced uneven split "
+            f"{stage_layers_slug(split)} (the split plan takes; --stage-layers sets another)")
+
+
+def with_default_split(problem: Problem, layout: Layout) -> tuple[Layout, str | None]:
+    """`layout` with `default_split` filled in when it names no split and pp x vp does not
+    divide the layers, and the note saying so (None when nothing was filled in).
+
+    Example: Llama-3.1-405B on pp 16 -> stage_layers [7, 8 x 14, 7] and the note
+    'pp = 16 does not divide the 126 layers: using the balanced uneven split [7,8x14,7] ...'.
+    """
+    if layout.stage_layers is not None or layout.pp < 2:
+        return layout, None
+    arch = build_arch(problem.model)
+    split = default_split(arch, problem.training.seq_len, layout.pp, layout.vp)
+    if split is None:
+        return layout, None
+    filled = layout.model_copy(update={"stage_layers": split})
+    return filled, split_note(arch.n_layers, layout.pp, layout.vp, split)
+
+
+def split_kind(arch: Arch, seq_len: int, pp: int, vp: int, stage_layers: list) -> str:
+    """How a row's split was chosen, for the JSON `layout.split`: `even` (n_layers / pp per
+    stage), `balanced` (the split `plan` takes for this pp x vp) or `custom` (any other)."""
+    if pp < 2 or len(set(stage_layers)) == 1:
+        return "even"
+    L = arch.n_layers
+    found = balanced_splits(L, pp, vp, output_weight(arch, seq_len), k=1)
+    if found and [int(x) for x in stage_layers] == spelled_out(L, pp, *found[0]):
+        return "balanced"
+    return "custom"

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from ..limits import MAX_SPEC_FLOAT, MAX_SPEC_INT, MIN_SPEC_FLOAT
+from .docstrings import DocstringFields
 
 
 def _too_big(value: Any) -> bool:
@@ -25,14 +26,15 @@ def _float_out_of_range(value: Any) -> bool:
     return isinstance(value, float) and value != 0 and not MIN_SPEC_FLOAT <= abs(value) <= MAX_SPEC_FLOAT
 
 
-class Spec(BaseModel):
-    """Frozen pydantic model that rejects unknown keys; attribute docstrings become schema text.
+class Spec(DocstringFields, BaseModel):
+    """Frozen pydantic model that rejects unknown keys; attribute docstrings become schema text
+    (`specs.docstrings`: read once per module; the class is built on first use).
 
     Numbers are checked at the edge: floats must be finite (no inf or nan) and, unless 0,
     between `limits.MIN_SPEC_FLOAT` and `limits.MAX_SPEC_FLOAT` in magnitude; no integer may
     exceed `limits.MAX_SPEC_INT` (2^31 - 1), so the cost model's arithmetic cannot overflow. Specs read from files are validated strictly (`validate_strict`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True,
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True,
                               allow_inf_nan=False)
 
     @field_validator("*", mode="after")

@@ -11,6 +11,7 @@ from pydantic import (Field, NonNegativeFloat, PositiveFloat, PositiveInt, Valid
 from ..limits import MAX_GPUS
 
 from ._base import Spec
+from .network import NetworkSpec
 
 
 class Profile(Spec):
@@ -72,12 +73,13 @@ class Profile(Spec):
     ZeRO-Offload (Ren et al. 2021, arXiv 2101.06840, CPU-Adam latency table): about 1.1 s per
     1e9 parameters with the whole host's cores [recalled], i.e. ~0.9e9/s per host, shared by the
     8 GPU processes of a node: ~1.1e8/s per GPU. Set it to the host's measured rate."""
-    memory_overhead_gib: NonNegativeFloat = 1.0
-    """Fixed per-GPU memory inside the caching allocator beyond the ledger's items: cuBLAS /
-    cuBLASLt and Transformer Engine workspaces (PyTorch and TE allocate them as tensors),
-    data-parallel bucket and backward temporaries. Ref §3.6 budgets 0.5-2 GB for the CUDA context
-    and workspaces together; the context (~0.5 GiB) and NCCL's buffers lie outside the allocator
-    and are added to the device figure only (`cost.device_memory`), so 1.5 - 0.5 = 1.0 GiB here."""
+    memory_overhead_gib: NonNegativeFloat = 0.0
+    """Fixed per-GPU memory inside the caching allocator beyond the ledger's items and the GEMM
+    workspaces the ledger computes from the GPU generation and the stack (PyTorch's cuBLAS and
+    Transformer Engine's cuBLASLt workspaces, 12-64 MiB; `cost.device_memory.workspace_bytes`);
+    0 by default: a job with extra fixed buffers (e.g. DeepSpeed's bucket sizes) sets it. (It was a
+    1.0 GiB budget from ref §3.6's 0.5-2 GB for the context and workspaces together; PyTorch's and
+    TE's sources give the workspaces, the context is outside the allocator, `cost.device_memory`.)"""
 
 
 class GPUSpec(Spec):
@@ -100,6 +102,10 @@ class GPUSpec(Spec):
     generation: Literal["volta", "ampere", "hopper", "blackwell", "cdna3", "other"] = "other"
     """Architecture generation: selects a stack's attention kernel and which profile of a stack
     is the nearest when the stack has none fitted on this GPU."""
+    sfu_exp_tera_per_s: PositiveFloat | None = None
+    """Exponentials per second the special function units retire (MUFU.EX2), 10^12/s: the
+    softmax of fused attention runs on them (`cost.compute.attention_time`); None = not
+    modelled (attention at its matmul efficiency only)."""
     hbm_gib: PositiveFloat
     """HBM capacity, GiB."""
     hbm_tb_per_s: PositiveFloat
@@ -108,6 +114,15 @@ class GPUSpec(Spec):
     """Scale-up (NVLink/xGMI) bandwidth per GPU, one direction, GB/s."""
     scaleup_domain: PositiveInt = 8
     """GPUs that share the scale-up fabric (8 for HGX boards, 72 for GB200 NVL72)."""
+    scaleup_fabric: Literal["switch", "mesh"] = "switch"
+    """How the scale-up links join the domain. `switch` (NVSwitch): each GPU's whole
+    `scaleup_gb_per_s` reaches any peer, so a group of any size inside the domain gets it.
+    `mesh` (point-to-point links, one per peer: AMD xGMI): `scaleup_gb_per_s` is the sum of the
+    domain - 1 links, and a group of g GPUs inside the domain uses only its g - 1 links."""
+    scaleup_spans_nodes: bool = False
+    """Whether the scale-up domain joins several nodes (GB200 NVL72: 18 trays of 4 GPUs behind
+    NVLink switches). False (HGX/DGX boards, MI300X platforms): NVLink stops at the node, so a
+    node of fewer GPUs than `scaleup_domain` is a domain of its own size."""
     nic_gbit_per_s: PositiveFloat
     """Scale-out network bandwidth per GPU, Gbit/s."""
     host_link_gb_per_s: PositiveFloat | None = None
@@ -169,6 +184,9 @@ class ClusterSpec(Spec):
     """Override of the per-step latency inside the scale-up domain (microseconds)."""
     inter_latency_us: NonNegativeFloat | None = None
     """Override of the per-step latency across the network (microseconds)."""
+    network: NetworkSpec | None = None
+    """The network's tiers (`autoparallel presets networks`); None: two levels, the GPU's
+    scale-up domain and one flat network of its NICs."""
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
@@ -179,13 +197,43 @@ class ClusterSpec(Spec):
                 f"{self.n_gpus // self.gpus_per_node * self.gpus_per_node} or "
                 f"{(self.n_gpus // self.gpus_per_node + 1) * self.gpus_per_node}"
             )
+        if self.network is not None:
+            domain = self.nvlink_domain
+            first = self.network.tiers[0].size
+            if first is not None and first > self._board_domain():
+                raise ValueError(
+                    f"`network.tiers[0].size` = {first}: larger than the {self.gpu.name} scale-up "
+                    f"domain of {self._board_domain()} GPUs ({self.gpus_per_node} per node); a "
+                    "network tier cannot widen NVLink (leave it out for the GPU's domain)")
+            below = domain
+            for i, t in enumerate(self.network.tiers[1:-1], start=1):
+                if t.size % below:
+                    raise ValueError(
+                        f"`network.tiers[{i}].size` = {t.size} ({t.name}): not a whole number of "
+                        f"the {below}-GPU units below it (the {self.gpu.name} domain with "
+                        f"{self.gpus_per_node} GPUs per node is {domain}); choose a network whose "
+                        "units hold whole NVLink domains")
+                below = t.size
         return self
+
+    def _board_domain(self) -> int:
+        gpn, dom = self.gpus_per_node, self.gpu.scaleup_domain
+        if self.gpu.scaleup_spans_nodes and gpn < dom:
+            return dom // gpn * gpn
+        return min(gpn, dom)
 
     @property
     def nvlink_domain(self) -> int:
-        """GPUs reachable over the scale-up fabric from any GPU (at most the whole job)."""
-        domain = max(self.gpus_per_node, self.gpu.scaleup_domain)
-        return min(domain, self.n_gpus) if self.n_gpus >= self.gpus_per_node else self.n_gpus
+        """GPUs reachable over the scale-up fabric from any GPU (at most the whole job).
+
+        Node and domain are kept apart: on boards whose NVLink stops at the node
+        (`GPUSpec.scaleup_spans_nodes` false: HGX/DGX, MI300X) the domain is the node, at most
+        the GPU's `scaleup_domain` (a 4-GPU H100 node is a 4-GPU domain); where the domain joins
+        nodes (NVL72 racks of 4-GPU trays) it is the GPU's `scaleup_domain` in whole nodes."""
+        domain = self._board_domain()
+        if self.network is not None and self.network.tiers[0].size is not None:
+            domain = min(domain, self.network.tiers[0].size)  # a partitioned domain (NVL4 of 72)
+        return min(domain, self.n_gpus)
 
     @property
     def intra_bytes_per_s(self) -> float:

@@ -69,8 +69,14 @@ class StackSpec(Spec):
     """Whether the inputs of linear layers are saved for backward in the low-precision format
     (Transformer Engine saves the quantised input) instead of BF16."""
     low_precision_allgather: bool = False
-    """Whether ZeRO-3 / FSDP all-gathers parameters in the low-precision format (TorchTitan
-    `enable_fsdp_float8_all_gather`)."""
+    """Default of `JobSpec.fp8_param_gather`: whether low-precision recipes keep the linear
+    weights in their format and all-gather them so (Megatron-Bridge's FP8/MXFP8/NVFP4 recipes
+    `fp8_param_gather` / `fp4_param_gather`; TorchTitan `enable_fsdp_float8_all_gather`)."""
+    unstated_recompute: Literal["least_that_fits", "none"] = "least_that_fits"
+    """How `validate` reads a measured dense run that does not state its recompute: the least
+    recompute that fits in memory, or `none` where the stack's published dense recipes run none
+    unless they say so (Megatron-Bridge's Llama recipes, the NeMo launcher configs). MoE runs
+    keep the least that fits: MoE base recipes set their own recompute per model."""
     selective_recompute: str = "core attention"
     """What `recompute = selective` recomputes in this stack (text)."""
     selective_policy: Literal["core_attention", "op_sac"] = "core_attention"
@@ -109,8 +115,28 @@ class StackSpec(Spec):
     """Whether the all-gather form issues its K, V all-gather with the first block of attention
     and hides it there (PyTorch `_AllGatherRotater`, TorchTitan); False: before attention,
     exposed (Transformer Engine `AttnFuncWithCPAndKVAllGather`)."""
+    grads_side_stream: bool = False
+    """Whether sharded gradients are allocated on a communication stream, in a caching-allocator
+    pool the compute stream never reuses (PyTorch FSDP1's post-backward stream, FSDP2's
+    reduce-scatter stream): the reserved figure then holds every gradient shard even where the
+    allocated peak does not (`cost.device_memory.reserved_bytes`)."""
+    unsharded_accumulation: bool = False
+    """Whether the training loop runs FSDP's `no_sync()` between the micro-batches of a step
+    (Lightning Fabric `no_backward_sync`, used by LitGPT): gradients then accumulate unsharded
+    on every rank until the last micro-batch (`cost.memory.stage_memory`)."""
+    transformer_engine: bool = False
+    """Whether the linear layers are Transformer Engine modules, which allocate their own
+    cuBLASLt workspace tensor beside PyTorch's (`cost.device_memory.workspace_bytes`)."""
+    kernels: str | None = None
+    """Name of the kernel family the stack runs, when it shares it with other stacks (e.g.
+    `megatron-te`: Megatron-Core's layers on Transformer Engine and cuDNN attention, run by
+    plain Megatron-Core and by NVIDIA's Megatron-Bridge recipes alike): the efficiency knobs are
+    the kernels', so the stacks of one family are fitted together on their pooled runs
+    (`benchmarks/calibrate_stacks.py`); their recipe defaults stay their own. None: the stack
+    alone."""
     profile: dict[str, dict[str, float]] = Field(default_factory=dict)
-    """GPU preset -> efficiency knobs fitted on this stack's runs on that GPU."""
+    """GPU preset -> efficiency knobs fitted on this stack's runs on that GPU (with its kernel
+    family's, `kernels`)."""
     profile_notes: dict[str, str] = Field(default_factory=dict)
     """GPU preset -> what its profile was fitted on."""
     sources: dict[str, str] = Field(default_factory=dict)

@@ -57,6 +57,12 @@ class TrainingSpec(Spec):
     each collective is split and pipelined with the GEMM it feeds or follows, so it hides behind
     that GEMM's time and only the excess is exposed."""
 
+    fp8_param_gather: bool = False
+    """Whether a low-precision recipe's linear weights are kept in the recipe's format only and
+    all-gathered in it (Megatron-Core `DistributedDataParallelConfig.fp8_param_gather`: "keep the
+    compute param in fp8 (do not use any other intermediate dtype) and perform the param
+    all-gather in fp8"; `--fp4-param-gather` for NVFP4). Ignored in BF16."""
+
     @property
     def grad_bytes(self) -> int:
         """Bytes per gradient element."""

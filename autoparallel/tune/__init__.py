@@ -17,8 +17,9 @@ Example:
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import ExportError, InfeasibleError, SpecError
 from ..search.plan import plan
@@ -44,8 +45,18 @@ class TuneResult:
     measured_now: int
     """Layouts this invocation measured."""
     rows: list[TrialRow]
+    """Every trial that ran or runs (trials still waiting in the queue are left out)."""
     best: TrialRow | None
     calibration: Calibration | None = None
+    warnings: list[str] = field(default_factory=list)
+    """Implausible measurements (faster than the GPUs' peak allows), a constant ratio between
+    measured and predicted times and what to check, knobs a refit pinned at a bound."""
+    calibration_refused: str | None = None
+    """Why `--calibrate` fitted nothing (measurements no GPU can produce), else None."""
+    workdir: str | None = None
+    """Where the per-trial logs are (None: a temporary directory that was removed)."""
+    waiting: int = 0
+    """Enqueued trials that no worker started (left for a later run)."""
 
     def to_json(self) -> dict:
         return {
@@ -54,6 +65,8 @@ class TuneResult:
             "best": self.best.to_json() if self.best else None,
             "trials": [r.to_json() for r in self.rows],
             "calibration": self.calibration.to_json() if self.calibration else None,
+            "calibration_refused": self.calibration_refused,
+            "warnings": list(self.warnings), "workdir": self.workdir, "waiting": self.waiting,
         }
 
 
@@ -107,10 +120,35 @@ def tune(config: TuneConfig, *, candidates: int = 48, space: SearchSpace | None 
         raise SpecError("`--trials` must be >= 0, `--candidates` and `--workers` >= 1")
     session: TuneSession = open_session(
         config, lambda: build_pool(config, candidates, space, rules), log)
-    run_workers(session)
+    remove = config.workdir is None and not config.keep_workdir
+    log(f"trial logs and configs: {session.workdir}"
+        + (" (a temporary directory, removed at the end; --keep-workdir keeps it)"
+           if config.workdir is None else ""))
+    try:
+        run_workers(session)
+        return _result(session, calibrate, None if remove else str(session.workdir))
+    finally:  # whatever ends the run (an error, Ctrl-C), the directory tune made goes
+        if remove:
+            shutil.rmtree(session.workdir, ignore_errors=True)
+
+
+def _result(session: TuneSession, calibrate: bool, workdir: str | None) -> TuneResult:
+    """Every trial that ran, the plausibility notes, the refit (when asked for)."""
+    from ..validation.plausible import constant_ratio, faster_than_peak
+
+    config = session.config
     slug_of = lambda p: (c.slug if (c := session.pool.find(p)) else None)  # noqa: E731
-    rows = collect(session.study, slug_of)
-    cal = None
+    every = collect(session.study, slug_of)
+    rows = [r for r in every if r.state != "WAITING"]
+    measured = [(r.layout or f"trial {r.number}", r.measured_s) for r in rows
+                if r.measured_s is not None]
+    too_fast = faster_than_peak(config.problem, measured)
+    notes = list(too_fast)
+    ratio = constant_ratio([(r.measured_s, r.predicted_s) for r in rows
+                            if r.measured_s is not None and r.predicted_s])
+    if ratio:
+        notes.append(ratio)
+    cal, refused = None, None
     if calibrate:
         from ..specs.layout import Layout
 
@@ -119,6 +157,15 @@ def tune(config: TuneConfig, *, candidates: int = 48, space: SearchSpace | None 
         if len(pairs) < 2:
             raise SpecError(f"`--calibrate` needs at least 2 measured layouts; the study has "
                             f"{len(pairs)}")
-        cal = fit_profile(config.problem, pairs)
+        if too_fast:
+            refused = ("measurements faster than the GPUs' peak allows (more than 100 % MFU) "
+                       "cannot be explained by any efficiency knob: fix the measurement (see "
+                       "the warning) before calibrating")
+        else:
+            from .calibrate import pinned_knobs
+
+            cal = fit_profile(config.problem, pairs)
+            notes += pinned_knobs(cal)
     return TuneResult(session.study.study_name, config.storage, len(session.pool),
-                      session.measured, rows, best_row(rows), cal)
+                      session.measured, rows, best_row(rows), cal, notes, refused, workdir,
+                      waiting=len(every) - len(rows))

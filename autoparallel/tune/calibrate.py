@@ -87,6 +87,14 @@ def fit_profile(problem: Problem, measured: list[tuple[Layout, float]],
     return Calibration(prof, fitted, len(measured), before, after)
 
 
+def pinned_knobs(cal: Calibration) -> list[str]:
+    """Warnings for the refitted knobs that ended at a physical bound (`validation.plausible`)."""
+    from ..validation.calibrate import KNOBS as BOUNDS
+    from ..validation.plausible import pinned
+
+    return pinned(cal.fitted, {k: (lo, hi) for k, (lo, hi, _) in BOUNDS.items()})
+
+
 def _toml_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"

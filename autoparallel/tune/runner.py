@@ -67,6 +67,10 @@ class MetricParser:
         except re.error as exc:
             raise SpecError(f"`--metric-regex` {text!r}: not a valid regular expression "
                             f"({exc})") from None
+        except (OverflowError, RecursionError) as exc:  # a{4294967296}, deep nesting
+            raise SpecError(f"`--metric-regex` {text[:80]!r}: too large for the regular "
+                            f"expression engine ({exc}); a step-time pattern needs no repeat "
+                            "counts beyond a few digits, e.g. 'step_time_s=([0-9.]+)'") from None
         if rx.groups == 0:
             raise SpecError(f"`--metric-regex` {text!r}: needs a group around the number, e.g. "
                             r"'step_time_s=([0-9.]+)', or a named group (?P<ms>...) for "

@@ -62,6 +62,9 @@ class TuneConfig:
     grace_period_s: int = 120
     max_retry: int = 3
     workdir: Path | None = None
+    """Per-trial logs and configs; None: a new temporary directory, removed at the end unless
+    `keep_workdir` (a directory given here is never removed)."""
+    keep_workdir: bool = False
     env: Mapping[str, str] | None = None
 
 

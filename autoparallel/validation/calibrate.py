@@ -51,6 +51,24 @@ bandwidths, overlaps, per-GEMM overhead and latencies are not identified by them
 0.3-60 in their own units when fitted) and keep their hardware-measured reference values."""
 
 
+def kernel_family(stack: str) -> str:
+    """The group of stacks fitted together with `stack` (`StackSpec.kernels`, else the stack)."""
+    from ..presets import load_stack
+
+    return load_stack(stack).kernels or stack
+
+
+def profile_fit_cases(cases):
+    """The runs the shipped profiles are fitted on (`benchmarks/calibrate_stacks.py`, and each
+    leave-one-source-out fold): dense models. The fitted knobs are the dense kernels'
+    efficiencies and per-step costs; MoE runs' errors are dominated by the expert dispatch the
+    time model does not price yet (docs/validation.md), which fitting those knobs would absorb
+    and carry into every dense prediction on the GPU. MoE runs are predicted with the dense fit;
+    a (stack family, GPU) with no dense run has no fit and takes the nearest GPU's
+    (`problem.stack_profile`: B300's MoE-only Megatron-Bridge runs take GB300's)."""
+    return [c for c in cases if c.model.moe is None]
+
+
 @dataclass(frozen=True)
 class Fit:
     """Result of one calibration."""

@@ -10,26 +10,24 @@ import re
 from .modelspec import RowSkip, _int, _num
 
 
-PLAIN_GPU_NAMES = ("gb200", "b200", "mi300x", "a10g", "h800", "h200")
-"""Presets a `gpu` column names verbatim (the other presets need a variant check)."""
+PLAIN_GPU_NAMES = ("gb300", "gb200", "b300", "b200", "mi300x", "a10g", "h800", "h200")
+"""Presets a `gpu` column names verbatim (the other presets need a variant check); the first
+found wins, so the Grace superchips (GB...) come before their HGX parts."""
 
 
 def gpu_preset(text: str) -> str:
-    """Preset name for the `gpu` column, or raise `RowSkip` (unknown GPU / power-capped variant)."""
+    """Preset name for the `gpu` column, or raise `RowSkip` (unknown GPU)."""
     t = text.lower()
-    if re.search(r"gb300|b300", t):
-        raise RowSkip("unknown GPU (B300/GB300: no preset)")
     if "v100" in t:
         if re.search(r"\b16\s*gb", t):
             raise RowSkip("unknown GPU (V100 16GB: no preset)")
         return "v100-32gb"
-    # the first name found wins: gb200 before b200
     found = next((name for name in PLAIN_GPU_NAMES if name in t), None)
     if found:
         return found
     if "h100" in t:
-        if re.search(r"hbm2e|500\s*w|lower-tdp", t):
-            raise RowSkip("unknown GPU (H100 HBM2e 500 W variant: no preset)")
+        if re.search(r"hbm2e|500\s*w|lower-tdp|9[56]\s*gb", t):
+            return "h100-96gb"  # the 95/96 GB HBM2e part at 500 W (TorchTitan's hosts)
         return "h100"
     if "a100" in t:
         m = re.search(r"(\d+)\s*gb", t)
@@ -81,8 +79,10 @@ def _stack(row, assumptions: list[str]) -> str:
     raise RowSkip("framework without a stack preset" + (f" ({text.split(' (')[0]})" if text else ""))
 
 
-STACK_ORDER = ("megatron-legacy", "megatron-core", "torchtitan", "fsdp", "nanotron", "deepspeed")
-"""Order in which stack patterns are tried (the legacy Megatron patterns are the narrower)."""
+STACK_ORDER = ("megatron-legacy", "megatron-bridge", "megatron-core", "torchtitan", "fsdp",
+               "nanotron", "deepspeed")
+"""Order in which stack patterns are tried (the narrower patterns first: legacy Megatron, then
+NVIDIA's tuned recipes before plain Megatron-Core)."""
 
 
 def _zero(row, assumptions: list[str]) -> int:
@@ -194,6 +194,30 @@ def _job_overrides(row, stack: str | None = None) -> dict:
     elif "vanilla tp" in text or "no tp overlap" in text:
         out["tp_comm_overlap"] = False
     return out
+
+
+OMNI_PATH_GBIT = 100.0
+"""Line rate of one Intel Omni-Path (OPA 100 series) link, Gbit/s."""
+
+
+def network_gbps(row, gpus_per_node: int) -> float | None:
+    """Network bandwidth per GPU (GB/s, one direction) that a row's `inter_node_network` states,
+    or None where it gives no number: "8x 200 Gb/s HDR InfiniBand per node", "1600 Gbps
+    node-node RoCE" (per node), "RDMA 400 Gb/s per GPU", "Omni-Path (4 OPA links)" (BLOOM on
+    Jean Zay: 4 x 100 Gb/s per node). A run is priced on the fabric its source names."""
+    text = str(row.get("inter_node_network") or "").lower()
+    if not text or text == "nan":
+        return None
+    opa = re.search(r"\((\d+)\s*opa links?\)", text)
+    if opa:
+        return int(opa.group(1)) * OMNI_PATH_GBIT / 8.0 / gpus_per_node
+    rate = re.search(r"(?:(\d+)\s*x\s*)?(\d+(?:\.\d+)?)\s*(gb/s|gbps|gbit/s)", text)
+    if not rate:
+        return None
+    count = int(rate.group(1)) if rate.group(1) else 1
+    gbit = count * float(rate.group(2))
+    per_gpu = "per gpu" in text
+    return gbit / 8.0 if per_gpu else gbit / 8.0 / gpus_per_node
 
 
 def _eager_default(stack: str) -> bool:

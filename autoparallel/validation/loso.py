@@ -15,16 +15,18 @@ import pandas as pd
 
 from ..errors import SpecError
 from ..presets import list_gpus, load_gpu, load_profile, read_table
-from ..problem import GENERATION_ORDER
+from ..problem import gpu_nearness
 from ..specs.hardware import Profile
-from .calibrate import DEFAULT_KNOBS, fit
+from .calibrate import DEFAULT_KNOBS, fit, kernel_family, profile_fit_cases
 from .report import predict
 from .runs import RunCase
 
-GPU_GROUPS: dict[str, tuple[str, ...]] = {"a100-40gb": ("a100-40gb", "a100-80gb"),
-                                          "a100-80gb": ("a100-40gb", "a100-80gb")}
-"""Presets that share one chip (same SMs, clocks, NVLink and NICs; only HBM differs), so one
-set of efficiency knobs is fitted to their runs together."""
+_CHIPS = (("a100-40gb", "a100-80gb"), ("b200", "gb200"), ("b300", "gb300"))
+GPU_GROUPS: dict[str, tuple[str, ...]] = {g: chip for chip in _CHIPS for g in chip}
+"""Presets that share one chip, so one set of efficiency knobs is fitted to their runs together:
+A100 40GB and 80GB (only HBM differs); B200 and GB200, B300 and GB300 (the HGX part and the Grace
+superchip's of one Blackwell / Blackwell Ultra GPU: same SMs, NVLink 5 and HBM; the superchip's
+higher TDP and clocks are in its BF16/FP8/FP4 peaks, and the knobs are fractions of those)."""
 
 
 def group_of(gpu: str) -> tuple[str, ...]:
@@ -66,9 +68,10 @@ def fit_group(cases: Sequence[RunCase], gpus: Sequence[str], knobs=DEFAULT_KNOBS
 
 
 def _nearest_group(target: tuple[str, ...], candidates) -> tuple[str, ...]:
-    gen = load_gpu(target[0]).generation
-    return sorted(candidates, key=lambda g: (load_gpu(g[0]).generation != gen,
-                                             GENERATION_ORDER.index(load_gpu(g[0]).generation), g))[0]
+    """The candidate GPU group nearest to `target`, as the shipped profiles resolve it
+    (`problem.gpu_nearness`)."""
+    gpu = load_gpu(target[0])
+    return min(candidates, key=lambda g: gpu_nearness(gpu, load_gpu(g[0])))
 
 
 def loso_predictions(cases: Sequence[RunCase], gpus: Sequence[str] | None = None,
@@ -77,8 +80,10 @@ def loso_predictions(cases: Sequence[RunCase], gpus: Sequence[str] | None = None
     of every fit made, keyed by (GPU group, held-out source, stack).
 
     Each source's runs are predicted by the profile the shipped presets would give them, rebuilt
-    without that source (column `heldout_fit`):
-    1. "stack": the same stack fitted on the *other* sources' runs on this GPU group;
+    without that source (column `heldout_fit`), from the dense runs of the other sources
+    (`calibrate.profile_fit_cases`):
+    1. "stack": the same stack (its kernel family, `StackSpec.kernels`) fitted on the *other*
+       sources' runs on this GPU group;
     2. "stack@<gpu>": else the same stack fitted on the other sources' runs of the nearest GPU
        group with such runs (its software knobs carried over as fractions of this GPU's peaks,
        as `problem.stack_profile` does for a GPU a stack has no runs on);
@@ -97,24 +102,30 @@ def loso_predictions(cases: Sequence[RunCase], gpus: Sequence[str] | None = None
             cache[key] = fit(subset, load_gpu(grp[0]).reference(), knobs=knobs, **kw)
         return cache[key]
 
+    pool = profile_fit_cases(cases)  # what a shipped profile is fitted on (dense runs)
     frames, fitted = [], {}
     for grp in target_groups:
         chosen = [c for c in cases if c.gpu in grp and c.gpu in gpus]
         reference = load_gpu(grp[0]).reference()
         for src in sorted({c.source for c in chosen}):
-            rest = [c for c in cases if c.source != src]
+            rest = [c for c in pool if c.source != src]
             for stack in sorted({c.stack for c in chosen if c.source == src}):
                 held = [c for c in chosen if c.source == src and c.stack == stack]
-                same = [c for c in rest if c.stack == stack and c.gpu in grp]
-                others = {group_of(c.gpu) for c in rest if c.stack == stack} - {grp}
+                family = kernel_family(stack)  # stacks fitted together (StackSpec.kernels)
+                same = [c for c in rest if kernel_family(c.stack) == family and c.gpu in grp]
+                mine_by = {}
+                for c in rest:
+                    if kernel_family(c.stack) == family:
+                        mine_by.setdefault(group_of(c.gpu), []).append(c)
+                others = set(mine_by) - {grp}
                 rest_here = [c for c in rest if c.gpu in grp]
                 if same:
-                    res = fit_of(same, grp, ("stack", grp, src, stack))
+                    res = fit_of(same, grp, ("stack", grp, src, family))
                     prof, basis = res.profile, "stack"
                 elif others:
                     near = _nearest_group(grp, others)
-                    mine = [c for c in rest if c.stack == stack and c.gpu in near]
-                    res = fit_of(mine, near, ("stack", near, src, stack))
+                    mine = mine_by[near]
+                    res = fit_of(mine, near, ("stack", near, src, family))
                     update = {k: v for k, v in res.knobs.items() if k in STACK_KNOBS}
                     prof, basis = reference.model_copy(update=update), f"stack@{near[0]}"
                 elif rest_here:

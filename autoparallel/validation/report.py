@@ -43,6 +43,7 @@ def predict_case(case: RunCase, profile: Profile | None = None, arch=None) -> di
     rec = {
         "row_id": case.row_id, "source": case.source, "gpu": case.gpu, "model": case.model.name,
         "stack": case.stack, "precision": case.precision, "profile_basis": problem.profile_basis,
+        "arch": "moe" if case.model.moe is not None else "dense",
         "n_gpus": case.n_gpus, "seq_len": case.seq_len, "global_batch": case.global_batch,
         "layout": case.layout.resolved(case.n_gpus).slug,
         "measured_step_s": meas, "predicted_step_s": step, "step_err": step / meas - 1.0,

@@ -31,6 +31,7 @@ from ..cost.arch import build_arch
 from ..errors import AutoParallelError, SpecError
 from ..evaluate import evaluate
 from ..layouts import LayoutTable
+from ..presets import load_gpu
 from ..problem import make_problem
 from ..rules import Reject, active_rules, reasons
 from ..specs.hardware import Profile
@@ -39,8 +40,10 @@ from ..specs.model import ModelSpec
 from ..specs.problem import Problem
 from ..units import GB, GiB
 from .conventions import measured_step_s
-from .derive import _job_overrides, _layout, _precision, _recompute, _stack, _zero, gpu_preset
+from .derive import (_job_overrides, _layout, _precision, _recompute, _stack, _zero, gpu_preset,
+                     network_gbps)
 from .modelspec import RowSkip, _int, _num, model_from_row
+from .recipes import match as recipe_match
 
 REQUIRED_COLUMNS = ("gpu", "num_gpus", "seq_len", "gbs", "layers", "hidden", "heads", "vocab",
                     "precision")
@@ -180,8 +183,23 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
     if not gpn:
         gpn = min(8, n_gpus)
         assumptions.append("gpus_per_node not stated: 8")
+    net = network_gbps(row, gpn)
+    if net is not None and n_gpus > gpn:
+        preset = load_gpu(gpu).nic_gbit_per_s / 8.0
+        if abs(net - preset) > 1e-6 * preset:
+            job["inter_gbps"] = net
+            assumptions.append(f"network as the source states it: {net:g} GB/s per GPU "
+                               f"({gpu} preset {preset:g})")
     zero = _zero(row, assumptions)
     lay = _layout(row, n_gpus, gbs, zero, assumptions)
+    found_recipe = recipe_match(row, gpu, lay)
+    if found_recipe is not None:
+        # what the published recipe ran beyond the table's layout (`validation.recipes`)
+        assumptions.append(found_recipe.assumption())
+        if found_recipe.offload_layers and not lay.get("offload_layers"):
+            lay["offload_layers"] = found_recipe.offload_layers
+        if found_recipe.tp_comm_overlap is not None and "tp_comm_overlap" not in job:
+            job["tp_comm_overlap"] = found_recipe.tp_comm_overlap
     arch = build_arch(model)
     step, how = measured_step_s(row, arch, n_gpus, seq, gbs)
     if step is None and memory:
@@ -200,15 +218,22 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
         # the uneven split the planner would propose (first/last stages lighter, Megatron-Core's
         # --decoder-first/last-pipeline-num-layers) instead of fractional layers per stage; set
         # before the recompute is inferred, which depends on the most loaded stage
-        from ..search.splits import balanced_splits, output_weight
+        from ..search.splits import default_split
 
-        found = balanced_splits(model.n_layers, lay["pp"], lay["vp"], output_weight(arch, seq))
-        if found:
-            first, last = found[0]
-            mid = (model.n_layers - first - last) // max(lay["pp"] - 2, 1)
-            lay["stage_layers"] = [first] + [mid] * (lay["pp"] - 2) + [last]
+        split = default_split(arch, seq, lay["pp"], lay["vp"])
+        if split:
+            lay["stage_layers"] = split
     rc = _recompute(row, assumptions)
-    if rc is None:
+    if rc is None and found_recipe is not None and found_recipe.recompute is not None:
+        rc = found_recipe.recompute
+        if found_recipe.recompute_layers:
+            lay["recompute_layers"] = found_recipe.recompute_layers
+        if found_recipe.recompute_modules:
+            lay["recompute_modules"] = found_recipe.recompute_modules
+    elif rc is None and problem.stack.unstated_recompute == "none" and model.moe is None:
+        rc = "none"
+        assumptions.append(f"recompute not stated: none (the {stack} recipes' default)")
+    elif rc is None:
         rc = _least_recompute_that_fits(problem, lay)
         assumptions.append(f"recompute not stated: {rc} (least that fits)")
     layout = Layout(**lay, recompute=rc)

@@ -162,6 +162,41 @@ def megatron_core_cp(args: dict) -> dict:
                 hierarchical=tc.hierarchical_context_parallel_sizes)
 
 
+def megatron_split(args: dict) -> dict:
+    """Decoder layers Megatron-Core builds on each pipeline rank and model chunk from the parsed
+    pipeline flags: TransformerConfig (with its split checks) and `get_num_layers_to_build`, the
+    function each rank calls when it builds its TransformerBlock; the pipeline layout's vp is
+    taken from the string as Megatron-LM's validate_args does. Ranks are set one at a time in
+    parallel_state, so no process group is needed."""
+    import torch
+    from megatron.core import parallel_state as ps
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+
+    pp, layout = args["pipeline_model_parallel_size"], args.get("pipeline_model_parallel_layout")
+    vp = args.get("num_virtual_stages_per_pipeline_rank") or 1
+    if layout is not None:
+        vp = PipelineParallelLayerLayout.get_num_stages_from_str(layout) // pp
+    tc = TransformerConfig(
+        num_layers=args["num_layers"], hidden_size=args["hidden_size"],
+        num_attention_heads=args["num_attention_heads"], pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=vp if vp > 1 else None,
+        num_layers_in_first_pipeline_stage=args.get("decoder_first_pipeline_num_layers"),
+        num_layers_in_last_pipeline_stage=args.get("decoder_last_pipeline_num_layers"),
+        account_for_embedding_in_pipeline_split=args.get("account_for_embedding_in_pipeline_split", False),
+        account_for_loss_in_pipeline_split=args.get("account_for_loss_in_pipeline_split", False),
+        pipeline_model_parallel_layout=layout, bf16=True, params_dtype=torch.bfloat16,
+        pipeline_dtype=torch.bfloat16)
+    ps.set_virtual_pipeline_model_parallel_world_size(vp if vp > 1 else None)
+    chunks = []
+    for rank in range(pp):
+        ps.set_pipeline_model_parallel_rank(rank)
+        chunks.append([get_num_layers_to_build(tc, vp_stage=a if vp > 1 else None, pp_rank=rank)
+                       for a in range(vp)])
+    return dict(vp=vp, chunks=chunks, ranks=[sum(c) for c in chunks])
+
+
 def nanotron(path: str) -> dict:
     import yaml
     from nanotron.config.parallelism_config import ParallelismArgs
@@ -179,6 +214,7 @@ if __name__ == "__main__":
                "torchtitan_split": lambda: torchtitan_split(arg),
                "megatron_core": lambda: megatron_core(json.loads(arg)),
                "megatron_core_cp": lambda: megatron_core_cp(json.loads(arg)),
+               "megatron_split": lambda: megatron_split(json.loads(arg)),
                "nanotron": lambda: nanotron(arg)}
     try:
         out = loaders[kind]()

@@ -1,0 +1,188 @@
+"""The `megatron-bridge` stack (NVIDIA's tuned Megatron-Core recipes), its low-precision
+parameters, the recipe settings `validate` joins to the Megatron-Bridge rows, the SFU
+exponential term of attention, and the Blackwell Ultra presets in the profile resolution.
+Expected numbers are derived by hand in each test from the sources the code cites."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from autoparallel import Layout, estimate, make_problem
+from autoparallel.cost.arch import build_arch
+from autoparallel.cost.compute import attention_time
+from autoparallel.data import PUBLISHED_RUNS
+from autoparallel.evaluate import evaluate
+from autoparallel.presets import load_gpu
+from autoparallel.specs.model import ModelSpec
+from autoparallel.validation.recipes import match, recipes
+from autoparallel.validation.runs import RULES, case_from_row, read_runs
+
+GiB = 2**30
+
+
+@pytest.fixture(scope="module")
+def rows():
+    frame = read_runs(PUBLISHED_RUNS)
+    return {r["row_id"]: {k: (None if v == "" else v) for k, v in r.items()}
+            for r in frame.to_dict("records")}
+
+
+def test_stack_defaults_are_the_recipes():
+    # Megatron-Bridge perf recipes: grad_reduce_in_fp32 = False (bf16 main grads, 16 bytes per
+    # parameter), TP overlap, fp8/fp4 parameter gather; plain Megatron-Core: 18 bytes, no gather
+    bridge = make_problem("llama3-70b", "gb200", 64, 8192, 256, stack="megatron-bridge",
+                          precision="mxfp8")
+    core = make_problem("llama3-70b", "gb200", 64, 8192, 256, precision="mxfp8")
+    assert (bridge.training.grad_dtype, bridge.training.grad_reduce_dtype) == ("bf16", "bf16")
+    assert bridge.training.bytes_per_param == 16 and core.training.bytes_per_param == 18
+    assert bridge.training.tp_comm_overlap and bridge.training.fp8_param_gather
+    assert not core.training.fp8_param_gather
+    assert bridge.training.attention == "cudnn" == core.training.attention
+    # one kernel family: the two stacks carry the same fitted knobs on a GPU both were fitted on
+    assert bridge.profile == core.profile
+
+
+LLAMA8B_LINEAR = 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336)
+"""Llama-3-8B linear weights: per layer Q and output 4096x4096, K and V 4096x1024 (8 KV heads of
+128), SwiGLU 3 x 4096 x 14336; 32 layers = 6.98e9 (the embedding and output layer stay BF16)."""
+
+
+@pytest.mark.parametrize("zero,precision,saved_per_linear", [
+    (1, "fp8", 2.0),          # the 16-bit copy of every linear weight is gone
+    (1, "nvfp4", 2.0),
+    (3, "fp8", (2.0 - 1.0) / 8),  # ZeRO-3 shard over dp 8 kept in fp8 instead of bf16
+    (3, "mxfp8", (2.0 - (1.0 + 1 / 32)) / 8),  # MX: one E8M0 scale per 32 elements
+])
+def test_fp8_param_gather_memory_by_hand(zero, precision, saved_per_linear):
+    kw = dict(stack="megatron-bridge", precision=precision)
+    lay = Layout(tp=1, pp=1, zero=zero, recompute="full")
+    on = estimate(make_problem("llama3-8b", "b200", 8, 8192, 64, **kw), lay)
+    off = estimate(make_problem("llama3-8b", "b200", 8, 8192, 64, fp8_param_gather=False, **kw),
+                   lay)
+    saved = (off["memory_gib"]["params"] - on["memory_gib"]["params"]) * GiB
+    # the code counts the 266,240 norm weights with the linear ones: within 4e-5
+    assert saved == pytest.approx(saved_per_linear * LLAMA8B_LINEAR, rel=1e-4)
+    for item in ("grads", "optimizer", "activations"):
+        assert on["memory_gib"][item] == off["memory_gib"][item]
+
+
+def test_fp8_param_gather_halves_the_parameter_all_gather():
+    # ZeRO-1 all-gathers the updated parameters once per step; with dp_overlap = 0 nothing hides
+    # it, so the step differs by the ring all-gather of 1 byte less per parameter: 8 GPUs of one
+    # NVLink 5 domain, bus factor 7/8, at 0.76 x 900 GB/s (the b200 preset's ring efficiency)
+    def dp(gather):
+        p = make_problem("llama3-8b", "b200", 8, 8192, 64, stack="megatron-bridge",
+                         precision="fp8", fp8_param_gather=gather)
+        p = p.model_copy(update={"profile": p.profile.model_copy(update={"dp_overlap": 0.0})})
+        return estimate(p, Layout(tp=1, zero=1))["time_s"]["dp_comm"]
+
+    psi = build_arch(make_problem("llama3-8b", "b200", 8, 8192, 64).model).n_params
+    gpu = load_gpu("b200")
+    expected = 7 / 8 * psi * 1.0 / (gpu.profile["scaleup_efficiency"] * 900e9)
+    assert dp(False) - dp(True) == pytest.approx(expected, rel=1e-6)
+
+
+def test_recipes_table_holds_what_the_recipe_files_say():
+    # transcribed from scripts/performance/configs/llama/llama3_workload_base_configs.py @v0.5.0:
+    # LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2 = replace(BASE_..._GBS256, micro_batch_size=2,
+    #     use_megatron_fsdp=True, cpu_offloading_num_layers=40)
+    t = recipes()
+    r = t[(t["config"] == "LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2")
+          & (t["first_tag"] <= "v0.5.0") & (t["last_tag"] >= "v0.5.0")].iloc[0]
+    assert (r["num_gpus"], r["gbs"], r["mbs"], r["tp"], r["pp"]) == ("64", "256", "2", "1", "1")
+    assert (r["use_megatron_fsdp"], r["cpu_offloading_num_layers"]) == ("True", "40")
+    # llama31_workload_base_configs.py @v0.5.0: GB200 NVFP4 V1, recompute_num_layers=1
+    r = t[(t["config"] == "LLAMA31_405B_PRETRAIN_CONFIG_GB200_NVFP4_V1")
+          & (t["first_tag"] <= "v0.5.0") & (t["last_tag"] >= "v0.5.0")].iloc[0]
+    assert (r["tp"], r["pp"], r["vp"], r["recompute_num_layers"]) == ("4", "16", "8", "1")
+    assert r["tp_comm_overlap"] == "False"  # llama31_llm_pretrain.py: off for nvfp4
+
+
+def test_rows_take_the_settings_of_the_recipe_they_match(rows):
+    # GT0815: Llama-3 70B FP8-CS on 64 GB200, Megatron FSDP, MBS 2, GBS 256 (NeMo 26.04.01):
+    # the recipe offloads 40 layers' activations and recomputes nothing
+    c = case_from_row(rows["GT0815"])
+    assert c.stack == "megatron-bridge" and c.gpu == "gb200"
+    assert (c.layout.offload_layers, c.layout.recompute.value, c.layout.zero) == (40, "none", 3)
+    assert "Megatron-Bridge recipe (v0.4.2): recompute none, activation offload 40 layers" \
+        in c.assumptions
+    assert match(rows["GT0815"], "gb200", dict(tp=1, pp=1, cp=1, vp=1, ep=1, micro_batch=2)
+                 ).config == "LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2"
+    # GT0776: 405B NVFP4 on 256 GB200 (26.06): TP overlap off in the NVFP4 recipes
+    c = case_from_row(rows["GT0776"])
+    assert c.job["tp_comm_overlap"] is False and c.layout.recompute.value == "none"
+    # GT0911: the same model at VP 4, which no recipe ran: the stack's defaults, recompute none
+    c = case_from_row(rows["GT0911"])
+    assert not any(a.startswith("Megatron-Bridge recipe") for a in c.assumptions)
+    assert "tp_comm_overlap" not in c.job
+    assert "recompute not stated: none (the megatron-bridge recipes' default)" in c.assumptions
+    # NeMo 24.07 rows (the NeMo launcher's configs) are the same stack, without a recipe table
+    c = case_from_row(rows["GT0547"])
+    assert c.stack == "megatron-bridge" and match(rows["GT0547"], c.gpu, {}) is None
+
+
+@pytest.mark.parametrize("row_id", ["GT0548", "GT0561", "GT0777"])
+def test_dgx_cloud_recipes_fit_with_the_stack_and_not_with_fp32_gradients(rows, row_id):
+    # Llama-3 8B (8 H100, CP2) and 405B (1024 H100, TP8 PP8 VP8 CP2), no recompute: they ran; with
+    # Megatron-Core's fp32 main gradients the ledger has 4 bytes more per local parameter
+    c = case_from_row(rows[row_id])
+    assert c.layout.recompute.value == "none"
+    for stack, fits in (("megatron-bridge", True), ("megatron-core", False)):
+        cc = dataclasses.replace(c, job=dict(c.job, stack=stack))
+        m = evaluate(cc.problem(), cc.table(), RULES).memory
+        assert bool(m["fit_peak"][0] <= m["usable"][0]) is fits, stack
+
+
+def _attention(gpu, head_dim):
+    model = ModelSpec(name="d", n_layers=2, hidden_size=16 * head_dim, n_heads=16,
+                      ffn_hidden_size=4096, vocab_size=1000)
+    p = make_problem(model, gpu, 8, 8192, 8)
+    flops = 1.0e12  # forward matmul FLOPs: 4 x head_dim per causal score
+    scores = flops / (4 * head_dim)
+    eta = p.profile.cudnn_attention_efficiency
+    mma = flops / (eta * p.cluster.gpu.bf16_tflops * 1e12)
+    exp = scores / (p.cluster.gpu.sfu_exp_tera_per_s * 1e12)
+    got = (float(attention_time(p, flops, scores)),
+           float(attention_time(p, flops, scores, backward=True)))
+    return got, mma, exp
+
+
+def test_softmax_exponentials_bind_where_the_sfus_are_slower_than_the_tensor_cores():
+    # head dim 64 (256 FLOPs per score): on B200 5e12 exponentials/s take 2.0e-13 s per score,
+    # longer than the matmuls (256 / (eta 2.25e15)); B300's 10.7e12 make the matmuls bind again
+    (b200, b200_bwd), mma, exp = _attention("b200", 64)
+    assert exp > mma and b200 == pytest.approx(exp, rel=1e-12)
+    assert b200_bwd == pytest.approx(2.5 * mma, rel=1e-12)  # one exp per score, 2.5x matmuls
+    (b300, _), mma3, exp3 = _attention("b300", 64)
+    assert exp3 < mma3 and b300 == pytest.approx(mma3, rel=1e-12)
+    assert b200 / b300 == pytest.approx(exp / mma3, rel=1e-12)
+    # Hopper at head dim 128: 989 TFLOP/s against 3.9e12/s, the matmuls always bind
+    (h100, _), mma, exp = _attention("h100", 128)
+    assert exp < mma and h100 == pytest.approx(mma, rel=1e-12)
+    # a GPU without the rate (MI300X) keeps the matmul time only
+    assert load_gpu("mi300x").sfu_exp_tera_per_s is None
+
+
+def test_one_chip_one_fit_and_the_nearest_peaks_for_the_rest():
+    # B300's Megatron-Bridge runs are all MoE: it shares the fit of its chip group, GB300 (the
+    # same Blackwell Ultra GPU on a Grace superchip), as fractions of its own peaks; B200 that of
+    # GB200
+    from autoparallel.problem import gpu_nearness
+    from autoparallel.validation.loso import group_of
+
+    assert group_of("b300") == ("b300", "gb300") and group_of("b200") == ("b200", "gb200")
+    for gpu, twin in (("b300", "gb300"), ("b200", "gb200")):
+        p, q = (make_problem("llama3-8b", g, 8, 8192, 64, stack="megatron-bridge", precision="fp8")
+                for g in (gpu, twin))
+        assert p.profile_basis == f"megatron-bridge fitted on {gpu}"
+        assert p.profile.fp8_gemm_efficiency == q.profile.fp8_gemm_efficiency
+        assert np.isfinite(estimate(p, Layout(tp=1))["time_s"]["step"])
+    # a GPU with no fit takes the nearest: same generation, then the closest peaks. From B300
+    # (BF16/FP8/FP4 2250/4500/13500): GB300 |ln 2500/2250| x 2 + |ln 15000/13500| = 0.316,
+    # B200 |ln 13500/9000| = 0.405, GB200 0.211 + |ln 13500/10000| = 0.511; H100 is Hopper
+    b300 = load_gpu("b300")
+    order = sorted(("b200", "gb200", "gb300", "h100"), key=lambda g: gpu_nearness(b300, load_gpu(g)))
+    assert order == ["gb300", "b200", "gb200", "h100"]
+    h800 = make_problem("llama3-8b", "h800", 8, 8192, 64, stack="megatron-bridge", precision="fp8")
+    assert h800.profile_basis.startswith("megatron-bridge fitted on h100 (nearest GPU")
