@@ -286,11 +286,15 @@ def test_plan_target_keeps_only_launchable_layouts():
     same = plan(p, SearchSpace(schedule=["1f1b", "interleaved"]), top=20)
     assert mega.n_fit + mega.reject_counts.get("target_megatron", 0) == same.n_fit
     # pure data parallelism (or DeepSpeed-Ulysses over dp x cp = 64, its one context-parallel
-    # form) fits 70B on 64 x 80 GB only with ZeRO-3 and full recompute, which DeepSpeed writes
-    # (the model checkpoints every layer; docs/export.md)
+    # form) fits 70B on 64 x 80 GB only with ZeRO-3, and with full recompute, which DeepSpeed
+    # writes (the model checkpoints every layer; docs/export.md), unless Ulysses splits the
+    # sequence at least 4 ways: the activations kept without recompute fall as 1/cp (dp64 167.5
+    # GiB, cp2 83.8, cp4 41.9 of ~78 usable)
     ds = plan(p, target="deepspeed")
     assert ds.n_fit > 0 and ds.reject_counts["target_deepspeed"] > 0
     rows = [ds.ranked.table.row(i).resolved(64) for i in range(len(ds.ranked))]
-    assert all((r.dp * r.cp, r.tp, r.pp, r.zero, r.recompute) == (64, 1, 1, 3, "full")
-               for r in rows)
+    assert all((r.dp * r.cp, r.tp, r.pp, r.zero) == (64, 1, 1, 3) for r in rows)
+    assert all(r.recompute == "full" or r.cp >= 4 for r in rows)
+    assert any(r.recompute == "full" for r in rows) and any(r.cp >= 4 and r.recompute == "none"
+                                                            for r in rows)
     assert all(r.cp == 1 or r.cp_form.value == "a2a" for r in rows)
