@@ -18,6 +18,10 @@ import importlib
 import sys
 import types
 
+from ._startup import guard_startup as _guard_startup
+
+_guard_startup()  # Ctrl-C while the command starts: one line, exit 130 (only as the command)
+
 __version__ = "0.1.0"
 
 _EXPORTS = {

@@ -21,12 +21,13 @@ from .specs.layout import Layout, parse_stage_layers, stage_layers_slug
 
 INPUT_COLUMNS = (
     "model", "gpu", "n_gpus", "gpus_per_node", "seq_len", "global_batch", "dp", "tp", "pp", "vp",
-    "cp", "ep", "zero", "recompute", "sp", "micro_batch",
+    "cp", "ep", "etp", "zero", "recompute", "sp", "micro_batch",
 )
 PROBLEM_COLUMNS = INPUT_COLUMNS[:6]
 JOB_COLUMNS = JOB_FIELDS
 """Optional columns: every job setting (`JobSpec`); a blank cell takes the stack's default."""
-_OPTIONAL_DEFAULTS = {"gpus_per_node": 8, "dp": None, "vp": 1, "cp": 1, "ep": 1, "zero": 1,
+_OPTIONAL_DEFAULTS = {"gpus_per_node": 8, "dp": None, "vp": 1, "cp": 1, "ep": 1, "etp": None,
+                      "zero": 1,
                       "recompute": "none", "sp": None, "micro_batch": 1, "cp_comm": None,
                       "cp_a2a": None}
 LAYOUT_OPTIONAL = ("cp_comm", "cp_a2a")
@@ -41,7 +42,7 @@ _TRUE, _FALSE = {"1", "true", "yes", "on", "t", "y"}, {"0", "false", "no", "off"
 
 def _blank(row, col) -> bool:
     """True when the cell is empty; raises when an empty cell has no default."""
-    value = row[col]
+    value = row[col] if col in row else None  # an optional column absent: its default
     empty = value is None or (isinstance(value, float) and np.isnan(value)) or str(value).strip() == ""
     if empty and col not in _OPTIONAL_DEFAULTS:
         raise SpecError(f"`{col}` is empty")
@@ -137,7 +138,7 @@ def score_frame(frame: pd.DataFrame, profile: str | None = None) -> pd.DataFrame
     errors: list[str] = [""] * len(frame)
     notes: list[str] = [""] * len(frame)
     splits: list[str] = [""] * len(frame)
-    for i, (_, row) in enumerate(frame.iterrows()):
+    for i, row in enumerate(frame.to_dict("records")):  # dicts: a Series per row costs 4x
         try:
             job = job_from_row(row)
             key = (_text(row, "model"), _text(row, "gpu"), _int(row, "n_gpus"),
@@ -147,10 +148,11 @@ def score_frame(frame: pd.DataFrame, profile: str | None = None) -> pd.DataFrame
             zero = _int(row, "zero")
             layout = Layout(
                 dp=_int(row, "dp"), tp=_int(row, "tp"), pp=_int(row, "pp"), vp=_int(row, "vp"),
-                cp=_int(row, "cp"), ep=_int(row, "ep"), zero=zero, recompute=rc,
+                cp=_int(row, "cp"), ep=_int(row, "ep"), etp=_int(row, "etp"), zero=zero,
+                recompute=rc,
                 sp=_bool(row, "sp"), micro_batch=_int(row, "micro_batch"),
-                cp_comm=_text(row, "cp_comm") if "cp_comm" in row.index else None,
-                cp_a2a=_int(row, "cp_a2a") if "cp_a2a" in row.index else None,
+                cp_comm=_text(row, "cp_comm") if "cp_comm" in row else None,
+                cp_a2a=_int(row, "cp_a2a") if "cp_a2a" in row else None,
                 stage_layers=_split(row),
             )
             parsed.append((key, layout))
@@ -164,7 +166,7 @@ def score_frame(frame: pd.DataFrame, profile: str | None = None) -> pd.DataFrame
         if item is not None:
             groups.setdefault(item[0], []).append(i)
 
-    results: dict[int, dict] = {}
+    metrics: dict[str, np.ndarray] = {}  # ledger column -> a value per input row (None: not scored)
     for key, rows in groups.items():
         model, gpu, n_gpus, gpn, seq, gbs, job = key
         job = dict(job)
@@ -180,25 +182,30 @@ def score_frame(frame: pd.DataFrame, profile: str | None = None) -> pd.DataFrame
         layouts = [lay.resolved(n_gpus) for lay, _ in filled]
         ev = evaluate(problem, LayoutTable.from_layouts(layouts, n_gpus, problem.model.n_layers))
         cols = ev.columns()
-        for j, i in enumerate(rows):
-            broken = int(ev.reject[j]) & ~int(Reject.OOM)
-            if broken:
-                errors[i] = f"row {i + 1}: {_layout_error(problem, layouts[j], broken)}"
-                continue
-            results[i] = {k: v[j] for k, v in cols.items() if k.startswith(("mem_", "time_"))}
-            results[i] |= {"fits": bool(cols["fits"][j]), "mfu": float(cols["mfu"][j]),
-                           "tokens_per_s_per_gpu": float(cols["tokens_per_s_per_gpu"][j])}
+        broken = ev.reject.astype(np.int64) & ~np.int64(int(Reject.OOM))
+        scored = [j for j in range(len(rows)) if not broken[j]]
+        at = np.array([rows[j] for j in scored], dtype=np.int64)
+        for j in range(len(rows)):
+            if broken[j]:
+                why = _layout_error(problem, layouts[j], int(broken[j]))
+                errors[rows[j]] = f"row {rows[j] + 1}: {why}"
+        picked = {k: v for k, v in cols.items() if k.startswith(("mem_", "time_"))}
+        picked |= {"fits": cols["fits"], "mfu": cols["mfu"],
+                   "tokens_per_s_per_gpu": cols["tokens_per_s_per_gpu"]}
+        for k, v in picked.items():
+            column = metrics.setdefault(k, np.full(len(frame), None, dtype=object))
+            column[at] = [bool(x) if k == "fits" else float(x) for x in np.asarray(v)[scored]]
+        for j in scored:
+            notes[rows[j]] = filled[j][1] or ""
             split = layouts[j].stage_layers
-            notes[i] = filled[j][1] or ""
             if split:
-                splits[i] = stage_layers_slug(split)[1:-1]
+                splits[rows[j]] = stage_layers_slug(split)[1:-1]
     out = frame.copy()
     if any(splits) or SPLIT_COLUMN in out.columns:
         out[SPLIT_COLUMN] = [splits[i] or (str(frame[SPLIT_COLUMN].iloc[i]) if SPLIT_COLUMN in
                                            frame.columns else "") for i in range(len(frame))]
-    metric_cols = next(iter(results.values())).keys() if results else []
-    for col in metric_cols:
-        out[col] = [results[i][col] if i in results else None for i in range(len(frame))]
+    for col, values in metrics.items():
+        out[col] = list(values)
     if any(notes):
         out["note"] = notes
     out["error"] = errors

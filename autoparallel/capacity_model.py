@@ -233,8 +233,12 @@ def plot_capacity(rows: Sequence[dict], path: str, title: str = "") -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    from .output.files import save_figure
+
+    try:
+        save_figure(fig, "--plot", path, dpi=120)
+    finally:
+        plt.close(fig)
 
 
 __all__ = ["Assumptions", "capacity_json", "capacity_rows", "goodput", "parse_counts",

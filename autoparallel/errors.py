@@ -26,6 +26,11 @@ class ExportError(AutoParallelError):
     """A launcher cannot express the requested layout."""
 
 
+class OutputError(AutoParallelError):
+    """An output cannot be written (disk full, I/O error, a closed pipe, a file that is not
+    ours, another writer holding it); the message names the path and the reason."""
+
+
 class InputWarning(UserWarning):
     """An input was accepted but part of it is not modelled (e.g. a Hugging Face config field
     that changes cost). The CLI prints it as one `warning:` line on stderr."""

@@ -14,7 +14,7 @@ from .cost.arch import Arch, build_arch
 from .cost.memory import MEMORY_ITEMS, STAGE_FIGURES, memory_ledger
 from .cost.time import TIME_ITEMS, time_ledger
 from .errors import SpecError
-from .layouts import LayoutTable
+from .layouts import LayoutTable, edp
 from .rules import Reject, check_rules, explain
 from .cost.stages import stage_layer_counts
 from .specs.layout import (CP_COMM_CODES, CP_COMM_NAMES, RECOMPUTE_NAMES, SCHEDULE_NAMES, CpComm,
@@ -31,8 +31,8 @@ STAGE_KEYS = MEMORY_ITEMS + STAGE_FIGURES
 """Keys of each `memory_gib.by_stage` entry besides `stage` and `pp_ranks`."""
 TIME_KEYS = TIME_ITEMS + ("step",)
 """Keys of `time_s` in the estimate JSON, in order."""
-LAYOUT_KEYS = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch",
-               "grad_accum", "stage_layers", "schedule")
+LAYOUT_KEYS = ("dp", "tp", "pp", "vp", "cp", "ep", "etp", "edp", "zero", "recompute", "sp",
+               "micro_batch", "grad_accum", "stage_layers", "schedule")
 _A2A_RING = CP_COMM_CODES[CpComm.A2A_RING]
 
 
@@ -105,6 +105,8 @@ class Evaluation:
             "cp_a2a": (int(t["cu"][i]) if t["cp"][i] > 1 and t["cc"][i] == _A2A_RING
                        else None),
             "ep": int(t["ep"][i]),
+            "etp": int(t["etp"][i]),
+            "edp": int(edp(t)[i]),
             "zero": int(t["zero"][i]),
             "recompute": RECOMPUTE_NAMES[int(t["rc"][i])].value,
             "sp": bool(t["sp"][i]),
@@ -184,8 +186,10 @@ class Evaluation:
         """Flat columns: layout, `mem_<item>_gib`, `time_<item>_s`, `fits`, `mfu`, throughput."""
         t = self.table
         cols: dict[str, np.ndarray | list] = {
-            k: t[k] for k in ("dp", "tp", "pp", "vp", "cp", "ep", "zero")
+            k: t[k] for k in ("dp", "tp", "pp", "vp", "cp", "ep", "etp")
         }
+        cols["edp"] = edp(t).astype(np.int64)
+        cols["zero"] = t["zero"]
         cols["recompute"] = np.array([RECOMPUTE_NAMES[int(c)].value for c in t["rc"]], dtype=object)
         cols["sp"] = t["sp"].astype(bool)
         cols["micro_batch"] = t["mb"]
@@ -218,13 +222,16 @@ def memory_risk(memory: dict[str, np.ndarray], bands: Bands) -> np.ndarray:
     return bands.memory_total_high > memory["usable"]
 
 
-def evaluate(problem: Problem, table: LayoutTable, rules=None, arch: Arch | None = None) -> Evaluation:
+def evaluate(problem: Problem, table: LayoutTable, rules=None, arch: Arch | None = None,
+             memory: dict[str, np.ndarray] | None = None) -> Evaluation:
     """Rules, memory and time for every row of `table` (rows that break rules are still costed;
-    their `reject` flags say why they cannot run)."""
+    their `reject` flags say why they cannot run). `memory`: the memory ledger of these rows,
+    when the caller has it already (`plan` costs memory before time)."""
     arch = arch or build_arch(problem.model)
     flags = check_rules(problem, arch, table, rules)
     with np.errstate(divide="ignore", invalid="ignore"):
-        memory = memory_ledger(problem, arch, table)
+        if memory is None:
+            memory = memory_ledger(problem, arch, table)
         time = time_ledger(problem, arch, table)
     flags = flags | np.where(memory["fit_peak"] > memory["usable"], int(Reject.OOM), 0)
     n = problem.cluster.n_gpus
@@ -341,18 +348,28 @@ def _layout_error(problem: Problem, lay: Layout, flags: int) -> str:
             "and dualpipe(v) at "
             "least 2 x pp micro-batches"
         )
-    if flags & Reject.EXPERTS:
-        n_exp = m.moe.n_experts if m.moe else 0
+    if flags & Reject.EXPERTS and m.moe is None:
         lines.append(
-            f"`ep` = {lay.ep} must be 1 for a dense model, or divide the experts ({n_exp}) and "
-            f"dp x cp ({lay.dp * lay.cp})"
+            f"`ep` = {lay.ep} and `etp` = {lay.expert_tp} (tp = {lay.tp}): a dense model has no "
+            "experts to split; leave --ep and --etp out (ep = 1, etp = tp)"
+        )
+    elif flags & Reject.EXPERTS:
+        grid = lay.tp * lay.cp * lay.dp
+        lines.append(
+            f"`ep` = {lay.ep} must divide the experts ({m.moe.n_experts}), `etp` = {lay.expert_tp} "
+            f"the expert FFN width ({m.moe.expert_ffn_hidden_size}), and etp x ep = "
+            f"{lay.expert_tp * lay.ep} the tp x cp x dp = {grid} ranks of a pipeline stage "
+            "(parallel folding: the expert grid etp x ep x edp covers them)"
         )
     if flags & Reject.TP_NODE:
         lines.append(
-            f"`tp` = {lay.tp} does not fit inside one NVLink domain of {c.nvlink_domain} GPUs; "
-            "use a tp that divides the domain, or allow TP across nodes "
+            (f"`tp` = {lay.tp}" if lay.expert_tp == lay.tp
+             else f"`tp` = {lay.tp} or `etp` = {lay.expert_tp}")
+            + f" does not fit inside one NVLink domain of {c.nvlink_domain} GPUs; use a tp"
+            + ("" if lay.expert_tp == lay.tp else " and etp")
+            + " that divide the domain, or allow TP across nodes "
             "(--allow-tp-across-nodes prices it on the network)"
         )
-    for extra in explain(flags & int(Reject.EP_NODE)):
+    for extra in explain(flags & int(Reject.EP_NODE | Reject.A2A_OVERLAP | Reject.MOE_SP)):
         lines.append(extra)
     return "layout: " + "; ".join(lines)

@@ -12,9 +12,11 @@ from .specs.layout import (
     SCHEDULE_NAMES, CpComm, Layout, Recompute, default_schedule, mask_modules, modules_mask,
 )
 
-COLUMNS = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "rc", "sp", "mb", "lf", "ll", "sch", "rn",
-           "rm", "ao", "oo", "cc", "cu")
-"""Column names; `rc` is the recompute code (0 none, 1 selective, 2 full), `sp` 0/1, `mb` the
+COLUMNS = ("dp", "tp", "pp", "vp", "cp", "ep", "etp", "zero", "rc", "sp", "mb", "lf", "ll", "sch",
+           "rn", "rm", "ao", "oo", "cc", "cu")
+"""Column names; `etp` the expert tensor-parallel degree (always explicit: tp where the layout
+leaves it at Megatron's default; the expert data-parallel degree is tp x cp x dp / (etp x ep),
+`edp`); `rc` is the recompute code (0 none, 1 selective, 2 full), `sp` 0/1, `mb` the
 micro-batch size, `lf`/`ll` the transformer layers on the first/last pipeline stage (0 = the even
 split; the middle stages share the rest equally), `sch` the schedule code (`SCHEDULE_CODES`),
 `rn` the layers per model chunk that full recompute (rc = 2) recomputes, first ones first
@@ -26,9 +28,17 @@ transformer layers per pipeline stage whose activations are offloaded to the hos
 optimizer state offloaded to the host, percent; `cc` the context-parallel form code
 (`specs.layout.CP_COMM_CODES`: 0 ring, 1 a2a, 2 allgather, 3 a2a+ring; 0 when cp = 1) and `cu`
 the all-to-all group size of the hierarchical form (a2a+ring; 1 otherwise)."""
-OPTIONAL_COLUMNS = ("lf", "ll", "sch", "rn", "rm", "ao", "oo", "cc", "cu")
-"""Columns `from_arrays` fills when omitted: even split, default schedule for the row's vp,
-every layer recomputed, default modules, nothing offloaded, ring context parallelism."""
+OPTIONAL_COLUMNS = ("etp", "lf", "ll", "sch", "rn", "rm", "ao", "oo", "cc", "cu")
+"""Columns `from_arrays` fills when omitted: expert TP = TP, even split, default schedule for the
+row's vp, every layer recomputed, default modules, nothing offloaded, ring context parallelism."""
+
+
+def edp(t) -> np.ndarray:
+    """Expert data-parallel degree of every row, tp x cp x dp / (etp x ep) (float; MoE Parallel
+    Folding, arXiv 2504.14960: the expert grid ETP x EP x EDP covers the attention grid's
+    TP x CP x DP ranks of each pipeline stage)."""
+    grid = (t["tp"] * t["cp"] * t["dp"]).astype(np.float64)
+    return grid / (t["etp"] * t["ep"])
 ALL_LAYERS = -1
 """`rn` value: full recompute of every layer (`Layout.recompute_layers` None)."""
 
@@ -69,7 +79,7 @@ class LayoutTable:
         sch = SCHEDULE_NAMES[c["sch"]]
         return Layout(
             dp=c["dp"], tp=c["tp"], pp=c["pp"], vp=c["vp"], cp=c["cp"], ep=c["ep"],
-            zero=c["zero"], recompute=RECOMPUTE_NAMES[c["rc"]], sp=bool(c["sp"]),
+            etp=None if c["etp"] == c["tp"] else c["etp"], zero=c["zero"], recompute=RECOMPUTE_NAMES[c["rc"]], sp=bool(c["sp"]),
             micro_batch=c["mb"], stage_layers=split,
             schedule=None if sch == default_schedule(c["vp"]) else sch,
             recompute_layers=None if c["rn"] < 0 or c["rc"] != 2 else c["rn"],
@@ -90,7 +100,7 @@ class LayoutTable:
         data = {
             "dp": [r.dp for r in rows], "tp": [r.tp for r in rows], "pp": [r.pp for r in rows],
             "vp": [r.vp for r in rows], "cp": [r.cp for r in rows], "ep": [r.ep for r in rows],
-            "zero": [r.zero for r in rows],
+            "etp": [r.expert_tp for r in rows], "zero": [r.zero for r in rows],
             "rc": [RECOMPUTE_CODES[Recompute(r.recompute)] for r in rows],
             "sp": [int(bool(r.sp)) for r in rows], "mb": [r.micro_batch for r in rows],
             "lf": [r.stage_layers[0] if r.stage_layers else 0 for r in rows],
@@ -108,10 +118,12 @@ class LayoutTable:
 
     @classmethod
     def from_arrays(cls, n_layers: int = 0, **arrays) -> LayoutTable:
-        """Build from keyword arrays (broadcast to a common length); `lf`, `ll` default to 0
-        (even split), `sch` to the default schedule of each row's vp, `rn` to all layers, `rm`, `ao`,
-        `oo` to 0 (default modules, no offload), `cc` to 0 and `cu` to 1 (ring)."""
+        """Build from keyword arrays (broadcast to a common length); `etp` defaults to `tp`
+        (Megatron's expert TP), `lf`, `ll` to 0 (even split), `sch` to the default schedule of
+        each row's vp, `rn` to all layers, `rm`, `ao`, `oo` to 0 (default modules, no offload),
+        `cc` to 0 and `cu` to 1 (ring)."""
         arrays = dict(arrays)
+        arrays.setdefault("etp", arrays.get("tp", 1))
         arrays.setdefault("lf", 0)
         arrays.setdefault("ll", 0)
         arrays.setdefault("rn", ALL_LAYERS)

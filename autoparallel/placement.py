@@ -1,6 +1,9 @@
 """Where each parallel group's ranks land. Ranks are ordered TP innermost, then CP, DP, PP
-(Megatron's default `tp-cp-ep-dp-pp`, reference §0 and launchers.md §1.1; EP is carved out of
-CP x DP starting innermost). The network is a nest of tiers (`cost.network`): units of
+(Megatron's default `tp-cp-ep-dp-pp`, reference §0 and launchers.md §1.1). Expert layers number
+the same ranks of a pipeline stage ETP innermost, then EP, then EDP (Megatron-Core
+parallel_state: the expert RankGenerator(tp=etp, ep=ep, dp=edp, cp=1) in the same order;
+MoE Parallel Folding, arXiv 2504.14960); with ETP = TP this is EP carved out of CP x DP.
+The network is a nest of tiers (`cost.network`): units of
 `sizes[0]` GPUs (the scale-up domain) inside units of `sizes[1]` GPUs (e.g. a leaf switch), and
 so on. A group of `size` ranks spaced `stride` apart puts min(size, sizes[i] // stride) ranks
 (at least one) in each unit of tier i: ranks are placed in order, units are whole blocks of
@@ -59,15 +62,19 @@ def layout_groups(t, sizes: int | Sequence[int]) -> dict[str, Group]:
     (an int: the scale-up domain only):
 
     - `tp`: TP ranks (stride 1); `cp`: CP ring (stride tp);
-    - `dpcp`: dense-gradient group DP x CP (stride tp); `ep`: expert group (stride tp);
-    - `edp`: expert data-parallel group DP x CP / EP (stride tp*ep); `pp`: stage neighbours.
+    - `dpcp`: dense-gradient group DP x CP (stride tp);
+    - `etp`: expert-TP group (stride 1); `ep`: expert group (stride etp);
+    - `edp`: expert data-parallel group TP x CP x DP / (ETP x EP) (stride etp*ep);
+    - `pp`: stage neighbours.
     """
     tp, cp, dp, ep, pp = (t[k].astype(np.float64) for k in ("tp", "cp", "dp", "ep", "pp"))
+    etp = t["etp"].astype(np.float64)
     return {
         "tp": group(tp, np.ones_like(tp), sizes),
         "cp": group(cp, tp, sizes),
         "dpcp": group(dp * cp, tp, sizes),
-        "ep": group(ep, tp, sizes),
-        "edp": group(dp * cp / ep, tp * ep, sizes),
+        "etp": group(etp, np.ones_like(etp), sizes),
+        "ep": group(ep, etp, sizes),
+        "edp": group(tp * cp * dp / (etp * ep), etp * ep, sizes),
         "pp": group(pp, tp * cp * dp, sizes),
     }

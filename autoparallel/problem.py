@@ -72,9 +72,17 @@ def make_problem(
         "autocast": stack.autocast if given.autocast is None else given.autocast,
         "tp_comm_overlap": (stack.tp_comm_overlap if given.tp_comm_overlap is None
                             else given.tp_comm_overlap),
+        "moe_dispatcher": given.moe_dispatcher or stack.moe_dispatcher,
+        "moe_a2a_overlap": (stack.moe_a2a_overlap if given.moe_a2a_overlap is None
+                            else given.moe_a2a_overlap),
+        "moe_routing": given.moe_routing or stack.moe_routing,
+        "cuda_graphs": given.cuda_graphs or stack.cuda_graphs,
         "fp8_param_gather": (stack.low_precision_allgather if given.fp8_param_gather is None
                              else given.fp8_param_gather),
     })
+    _check_moe(gpu_spec, stack, resolved, model_spec)
+    if resolved.moe_routing == "capacity" and resolved.moe_capacity_factor is None:
+        resolved = resolved.model_copy(update={"moe_capacity_factor": 1.0})
     try:
         cluster = ClusterSpec(
             gpu=gpu_spec, n_gpus=n_gpus, gpus_per_node=gpus_per_node,
@@ -92,6 +100,9 @@ def make_problem(
             stack=stack.name, grad_reduce_dtype=resolved.grad_reduce_dtype,
             optimizer_dtype=resolved.optimizer_dtype, model_code=resolved.model_code,
             torch_compile=resolved.torch_compile, autocast=resolved.autocast,
+            moe_dispatcher=resolved.moe_dispatcher, moe_a2a_overlap=resolved.moe_a2a_overlap,
+            moe_routing=resolved.moe_routing, cuda_graphs=resolved.cuda_graphs,
+            moe_capacity_factor=resolved.moe_capacity_factor or 1.0,
             fp8_param_gather=resolved.fp8_param_gather,
         )
     except ValidationError as exc:
@@ -104,6 +115,40 @@ def make_problem(
         basis = f"{profile_ref} over {basis}"
     return Problem(model=model_spec, cluster=cluster, training=training, profile=prof,
                    stack=stack, job=resolved, profile_basis=basis)
+
+
+def _check_moe(gpu: GPUSpec, stack: StackSpec, job: JobSpec, model) -> None:
+    """MoE job settings the stack, the GPU and the routing can run, each refused with the field:
+    a dispatcher the stack lacks; DeepEP on a multi-node NVLink domain (DeepEP's kernels are
+    intra-node NVLink + RDMA; Megatron-Bridge's overlap guide: DeepEP on Ampere, Hopper, B200,
+    B300; HybridEP also on GB200/GB300 NVL72); a capacity factor without capacity routing; full
+    CUDA graphs of a dropless MoE model (dynamic shapes: Megatron's MoE guide, 'MoE layers
+    uncapturable' without a capacity factor and padding, unless HybridEP's static buffers)."""
+    if job.moe_dispatcher not in stack.moe_dispatchers:
+        raise SpecError(f"`{job_flag('moe_dispatcher')}` = {job.moe_dispatcher!r}: stack "
+                        f"{stack.name!r} implements {', '.join(stack.moe_dispatchers)}")
+    if job.moe_dispatcher == "deepep" and gpu.scaleup_domain > 8:
+        raise SpecError(f"`{job_flag('moe_dispatcher')}` = 'deepep' on {gpu.name}: DeepEP moves "
+                        "tokens over NVLink inside a node and RDMA between nodes, not across a "
+                        f"{gpu.scaleup_domain}-GPU NVLink domain; use hybridep (multi-node NVLink) "
+                        "or alltoall")
+    if job.moe_capacity_factor is not None and job.moe_routing != "capacity":
+        raise SpecError(f"`{job_flag('moe_capacity_factor')}` = {job.moe_capacity_factor:g} needs "
+                        f"`{job_flag('moe_routing')}` capacity (token dropping); it is "
+                        f"{job.moe_routing}")
+    if job.moe_a2a_overlap and job.moe_dispatcher == "allgather":
+        raise SpecError(f"`{job_flag('moe_a2a_overlap')}` with the allgather dispatcher: "
+                        "Megatron-Core overlaps the alltoall and flex dispatchers only "
+                        "(transformer_config.py); use --moe-dispatcher alltoall, deepep or hybridep")
+    if job.cuda_graphs not in stack.cuda_graph_modes:
+        raise SpecError(f"`{job_flag('cuda_graphs')}` = {job.cuda_graphs!r}: stack "
+                        f"{stack.name!r} implements {', '.join(stack.cuda_graph_modes)}")
+    if (model.moe is not None and job.cuda_graphs == "full" and job.moe_routing != "capacity"
+            and job.moe_dispatcher != "hybridep"):
+        raise SpecError(f"`{job_flag('cuda_graphs')}` = 'full' with {job.moe_routing} routing and "
+                        f"the {job.moe_dispatcher} dispatcher: dropless MoE layers have dynamic "
+                        "shapes and cannot be captured (Megatron-Core MoE guide); use "
+                        "--moe-routing capacity, --moe-dispatcher hybridep, or --cuda-graphs scoped")
 
 
 def _check_precision(gpu: GPUSpec, stack: StackSpec, precision: str) -> None:

@@ -30,8 +30,10 @@ class Reject(IntFlag):
     EP_NODE = 256
     OOM = 512
     SCHEDULE = 1024
-    CP_HEADS = 2048
-    CP_WINDOW = 4096
+    A2A_OVERLAP = 2048
+    MOE_SP = 4096
+    CP_HEADS = 8192
+    CP_WINDOW = 16384
 
 
 @dataclass(frozen=True)
@@ -106,21 +108,52 @@ def _schedule(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
 
 
 def _experts(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
-    ep = t["ep"]
+    """EP divides the experts and ETP the expert FFN width (whole experts, whole column shards);
+    the expert grid ETP x EP x EDP folds onto each pipeline stage's TP x CP x DP ranks, so
+    etp x ep divides tp x cp x dp (Megatron-Core parallel_state.initialize_model_parallel:
+    world % (etp x ep x pp) == 0; MoE Parallel Folding, arXiv 2504.14960). Dense models keep
+    ep = 1 and etp = tp."""
+    ep, etp = t["ep"], t["etp"]
     if not a.n_experts:
-        return ep > 1
-    return (a.n_experts % ep != 0) | ((t["dp"] * t["cp"]) % ep != 0)
+        return (ep > 1) | (etp != t["tp"])
+    grid = t["tp"] * t["cp"] * t["dp"]
+    return (a.n_experts % ep != 0) | (a.expert_ffn % etp != 0) | (grid % (ep * etp) != 0)
 
 
 def _tp_in_node(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
+    """TP and expert-TP groups (innermost ranks, stride 1) inside one NVLink domain."""
     g = p.cluster.nvlink_domain
-    return (t["tp"] > g) | (g % t["tp"] != 0)
+    return (t["tp"] > g) | (g % t["tp"] != 0) | (t["etp"] > g) | (g % t["etp"] != 0)
 
 
 def _ep_in_node(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
+    """The expert-TP x EP block (ranks 0 .. etp x ep - 1 of the expert grid) inside one NVLink
+    domain (Megatron-Core MoE guide: keep EP x TP communication within NVLink)."""
     g = p.cluster.nvlink_domain
-    span = t["tp"] * t["ep"]
+    span = t["etp"] * t["ep"]
     return (span > g) | (g % span != 0)
+
+
+def _moe_sp(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
+    """An MoE model with TP trains with sequence parallelism: Megatron-Core's MoELayer raises
+    without it ("MoE and tensor parallelism ... without also enabling sequence parallelism",
+    moe_layer.py), TorchTitan always shards the sequence with TP; where the stack has no SP
+    (StackSpec.sequence_parallel false) the rule does not apply."""
+    if not a.n_experts or not p.stack.sequence_parallel:
+        return np.zeros(len(t), dtype=bool)
+    return (t["tp"] > 1) & (t["sp"] == 0)
+
+
+def _a2a_overlap(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
+    """With the EP all-to-all overlap on (`moe_a2a_overlap`), the layouts Megatron-Core's
+    TransformerConfig accepts it for: EP > 1, no full recompute, no `moe` among the recomputed
+    modules, and with a pipeline virtual stages (transformer_config.py asserts)."""
+    if not (a.n_experts and p.training.moe_a2a_overlap):
+        return np.zeros(len(t), dtype=bool)
+    from .specs.layout import MODULE_BITS, RecomputeModule
+
+    moe_rc = (t["rc"] == 1) & ((t["rm"] & MODULE_BITS[RecomputeModule.MOE]) != 0)
+    return (t["ep"] == 1) | (t["rc"] == 2) | moe_rc | ((t["pp"] > 1) & (t["vp"] == 1))
 
 
 RULES: tuple[Rule, ...] = (
@@ -149,12 +182,20 @@ RULES: tuple[Rule, ...] = (
          "sliding-window attention runs with the a2a and allgather context-parallel forms only "
          "(Transformer Engine), not with ring or a2a+ring", window_violated),
     Rule("experts", Reject.EXPERTS,
-         "ep must divide the experts and dp x cp (ep = 1 for dense models)", _experts),
+         "ep must divide the experts, etp the expert FFN width and etp x ep the tp x cp x dp "
+         "ranks of a stage (ep = 1, etp = tp for dense models)", _experts),
     Rule("tp_in_node", Reject.TP_NODE,
-         "a TP group must sit inside one NVLink domain (--allow-tp-across-nodes lifts this)",
-         _tp_in_node),
-    Rule("ep_in_node", Reject.EP_NODE, "tp x ep must sit inside one NVLink domain (optional)",
+         "a TP or expert-TP group must sit inside one NVLink domain (--allow-tp-across-nodes "
+         "lifts this)", _tp_in_node),
+    Rule("ep_in_node", Reject.EP_NODE, "etp x ep must sit inside one NVLink domain (optional)",
          _ep_in_node, default_on=False),
+    Rule("moe_sp", Reject.MOE_SP,
+         "an MoE model with tp > 1 needs sequence parallelism (Megatron-Core's MoE layer "
+         "refuses TP without SP; TorchTitan always shards the sequence with TP)", _moe_sp),
+    Rule("a2a_overlap", Reject.A2A_OVERLAP,
+         "the EP all-to-all overlap (--moe-a2a-overlap) needs ep > 1, no full recompute and no "
+         "recomputed moe module, and virtual stages with a pipeline (Megatron-Core checks)",
+         _a2a_overlap),
 )
 RULE_BY_NAME = {r.name: r for r in RULES}
 

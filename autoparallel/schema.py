@@ -27,6 +27,9 @@ parameter counts), memory as the allocator and nvidia-smi see it (`memory_gib.re
 Version 4: `layout.recompute_group` (uniform recompute groups), `layout.recompute_modules`
 (named-module selective recompute), `layout.offload_layers` (activation offload),
 `layout.optimizer_offload` (optimizer-state offload) and `time_s.offload`. Version 5:
+`layout.etp` and `layout.edp` (MoE parallel folding: expert tensor- and data-parallel degrees),
+`time_s.host` (exposed host launch time of dynamic-shape MoE layers) and the MoE job settings
+(`moe_dispatcher`, `moe_a2a_overlap`, `moe_routing`, `moe_capacity_factor`, `cuda_graphs`);
 `time_s.pp_comm` also holds the tied-embedding gradient all-reduce between the first and last
 pipeline stage; `layout.split` (even, balanced or custom stage split) and `notes` (what the estimate filled in,
 such as the balanced split of a layout whose pp x vp does not divide the layers);
@@ -67,7 +70,12 @@ class LayoutOut(_Out):
     """With cp_comm a2a+ring: ranks per all-to-all group (Megatron-Core
     `--hierarchical-context-parallel-sizes cp_a2a cp/cp_a2a`); null otherwise."""
     ep: int
-    """Expert-parallel degree (carved out of dp x cp)."""
+    """Expert-parallel degree (1 for dense models)."""
+    etp: int
+    """Expert tensor-parallel degree (Megatron `--expert-tensor-parallel-size`; tp by default)."""
+    edp: int
+    """Expert data-parallel degree, tp x cp x dp / (etp x ep): the expert grid etp x ep x edp
+    folds onto each pipeline stage's tp x cp x dp ranks (MoE Parallel Folding)."""
     zero: int
     """ZeRO stage 0-3 over dp x cp (1 = distributed optimizer)."""
     recompute: str
@@ -198,6 +206,10 @@ class TimeOut(_Out):
     offload: float
     """Host-link transfers not hidden by compute (activation offload) plus the offloaded
     optimizer share's gradient and parameter copies and CPU Adam step."""
+    host: float
+    """Host (CPU) launch time the GPU waits for: dynamic-shape MoE layers sync their token
+    counts to the host each layer, so their kernel launches are exposed (less with CUDA graphs;
+    0 with static shapes)."""
     step: float
     """Sum of the items above: one optimizer step."""
     step_low: float
@@ -310,7 +322,7 @@ class RobustnessOut(_Out):
     parallel_dims: int
     """How many of dp, tp, pp, cp, ep exceed 1."""
     tp_ep_in_node: bool
-    """Whether tp x ep fits in the scale-up domain."""
+    """Whether tp and the expert-TP x EP block (etp x ep) each fit in the scale-up domain."""
     memory_over: float
     """max(0, memory_gib.total_high / memory_gib.usable - 1): how far the memory band reaches
     past the usable memory (a term of the penalty)."""

@@ -43,7 +43,26 @@ def _write(stack: str, tables: list[str]) -> None:
     path.write_text(text + MARKER + "\n" + "\n".join(tables), encoding="utf-8")
 
 
-def _block(res, cases) -> list[str]:
+MOE_KNOBS = ("moe_host_overhead_us", "grouped_gemm_expert_us")
+
+
+def moe_knobs(stack: str) -> dict[str, float]:
+    """The stack's cross-GPU MoE knobs as its preset has them (any GPU table; all agree)."""
+    from autoparallel.presets import load_stack
+
+    out: dict[str, float] = {}
+    for knobs in load_stack(stack).profile.values():
+        out |= {k: v for k, v in knobs.items() if k in MOE_KNOBS}
+    return out
+
+
+def _moe_lines(stack: str) -> list[str]:
+    """The stack's MoE knobs as lines of its profile tables (the dense fits leave them alone)."""
+    return [f"{k} = {v:.4g}  # fitted across GPUs on the stack's MoE runs (benchmarks/fit_moe.py)"
+            for k, v in moe_knobs(stack).items()]
+
+
+def _block(res) -> list[str]:
     lines = []
     for k, v in res.knobs.items():
         note = f"+-{res.std[k]:.2g}" if res.identified(k) else "not identified: near reference"
@@ -73,7 +92,7 @@ def main() -> None:
         print(f"# GPU {'+'.join(grp)}: every stack, {len(chosen)} runs ({', '.join(srcs)}); "
               f"in-sample median |err| {err:.1%}")
         print("[profile]")
-        print("\n".join(_block(res, chosen)), "\n")
+        print("\n".join(_block(res)), "\n")
         for family in sorted({kernel_family(c.stack) for c in chosen}):
             mine = [c for c in chosen if kernel_family(c.stack) == family]
             members = sorted(s for s in list_stacks() if kernel_family(s) == family)
@@ -89,10 +108,10 @@ def main() -> None:
                     + (f" (kernel family {family}: {', '.join(stacks)})" if len(members) > 1
                        else "") + f"; in-sample median |err| {err:.1%}")
             for g in grp:
-                table = [f'[profile."{g}"]', *_block(res, mine), ""]
-                print("\n".join(table))
+                print("\n".join([f'[profile."{g}"]', *_block(res), ""]))
                 for stack in members:
-                    tables.setdefault(stack, []).extend(table)
+                    tables.setdefault(stack, []).extend(
+                        [f'[profile."{g}"]', *_moe_lines(stack), *_block(res), ""])
                     notes.setdefault(stack, []).append(f'"{g}" = "{note}"')
     print(f"({time.time() - t0:.0f} s)")
     if args.write:

@@ -1,6 +1,7 @@
 """Speed of the search (issue: >= 1e6 layouts scored per second; plan <= 1 s).
 
-Problem: llama3-405b on 16,384 H100, seq 8192, global batch 2048, every axis open.
+Problems: llama3-405b on 16,384 H100, seq 8192, global batch 2048, every axis open; and
+deepseek-v3 on 16,384 H100, seq 4096, global batch 8192, with the MoE axes (ep, etp) open.
 Prints: layouts enumerated, rows scored per second by the full cost model (rules + memory +
 time over every enumerated row, feasible or not), and the wall time of `plan` (enumerate,
 rules, memory for valid rows, time for fitting rows, rank). Best of 5 runs each.
@@ -31,12 +32,18 @@ def best_of(fn, n=5):
 
 
 def main() -> None:
-    problem = make_problem("llama3-405b", "h100", 16384, 8192, 2048)
+    for args in (("llama3-405b", "h100", 16384, 8192, 2048),
+                 ("deepseek-v3", "h100", 16384, 4096, 8192)):
+        report(make_problem(*args), args)
+
+
+def report(problem, args) -> None:
     arch = build_arch(problem.model)
     t_enum, table = best_of(lambda: enumerate_layouts(problem))
     t_eval, ev = best_of(lambda: evaluate(problem, table, arch=arch))
     t_plan, res = best_of(lambda: plan(problem, top=10))
-    print(f"problem: llama3-405b, 16384 x h100, seq 8192, global batch 2048, all axes open")
+    print(f"problem: {args[0]}, {args[2]} x {args[1]}, seq {args[3]}, global batch {args[4]}, "
+          "all axes open")
     print(f"layouts enumerated:        {len(table):>12,}  ({t_enum * 1e3:.1f} ms)")
     print(f"pass the rules / fit:      {res.n_valid:>12,} / {res.n_fit:,}")
     print(f"full cost model, all rows: {len(table) / t_eval:>12,.0f} layouts/s ({t_eval * 1e3:.1f} ms)")

@@ -2,7 +2,7 @@
 section numbers below), not from the exporters: each parses a file the way its launcher would and
 applies the launcher's own checks, then says which layout the launcher would run.
 
-`*_layout(...)` return a dict with the layout axes (dp, tp, pp, vp, cp, ep, zero, recompute, sp,
+`*_layout(...)` return a dict with the layout axes (dp, tp, pp, vp, cp, ep, etp, zero, recompute, sp,
 micro_batch) plus `micro_batches` (per step per replica) and `world` (GPUs the launch starts),
 or raise `LaunchRejected` with the check that failed.
 """
@@ -290,10 +290,12 @@ def megatron_layout(words: list[str], world: int, env: dict) -> dict:
         _need(g.use_precision_aware_optimizer,
               "--optimizer-cpu-offload needs --use-precision-aware-optimizer")
         _need(0.0 <= g.optimizer_offload_fraction <= 1.0, "optimizer-offload-fraction not in [0, 1]")
+    # arguments.py: expert_tensor_parallel_size defaults to TP; parallel_state builds the expert
+    # grid (etp, ep, edp, pp) over the world, world % (etp * ep * pp) == 0
+    etp = g.expert_tensor_parallel_size or tp
+    _need(world % (etp * ep * pp) == 0, "world % (ETP*EP*PP) != 0")
     if ep > 1:
         _need(g.num_experts is not None and g.num_experts % ep == 0, "num_experts % EP != 0")
-        etp = g.expert_tensor_parallel_size or tp
-        _need(world % (etp * ep * pp) == 0, "world % (ETP*EP*PP) != 0")
     _need(g.max_position_embeddings is None or g.max_position_embeddings >= g.seq_length,
           "max-position-embeddings < seq-length")
     _need(g.bf16 or g.fp16, "16-bit parameters (--bf16 or --fp16)")
@@ -330,7 +332,7 @@ def megatron_layout(words: list[str], world: int, env: dict) -> dict:
         split = None  # an even split
     return dict(grad_dtype=grad, precision=precision,
                 fp8_param_gather=bool(g.fp8_param_gather or g.fp4_param),
-                dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep,
+                dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, etp=etp,
                 cp_comm=cp_comm, cp_a2a=hier[0] if cp_comm == "a2a+ring" else None,
                 zero=zero, recompute=rc, stage_layers=split,
                 sp=bool(g.sequence_parallel and tp > 1), micro_batch=mbs, micro_batches=m,
@@ -497,8 +499,10 @@ def torchtitan_layout(text: str, world: int, n_layers: int) -> dict:
     rotate = par.get("context_parallel_rotate_method", "allgather")
     _need(rotate in ("allgather", "alltoall"), f"context_parallel_rotate_method {rotate!r}")
     cp_comm = {"allgather": "allgather", "alltoall": "ring"}[rotate] if cp > 1 else None
-    return dict(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, recompute=mode, sp=tp > 1,
-                cp_comm=cp_comm, cp_a2a=None,
+    # without EP the experts follow TP; with EP the sparse mesh's etp axis (0.2.x; 1 in 0.3,
+    # whose ParallelismConfig has no such key)
+    return dict(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, etp=etp if ep > 1 else tp, zero=zero,
+                recompute=mode, sp=tp > 1, cp_comm=cp_comm, cp_a2a=None,
                 stage_layers=stage_layers, micro_batch=mbs, micro_batches=m, world=world, seq_len=seq, global_batch=gbs,
                 model=(model.get("name", "llama3"), model.get("flavor", "debugmodel")),
                 grad_dtype=tr.get("mixed_precision_reduce", "float32"), config=cfg)
@@ -573,7 +577,7 @@ def deepspeed_layout(text: str, world: int) -> dict:
     recompute = "full" if "activation_checkpointing" in cfg else "none"
     grad = cfg.get("data_types", {}).get("grad_accum_dtype")
     return dict(dp=dp, tp=1, pp=1, vp=1, cp=sp, cp_comm="a2a" if sp > 1 else None, cp_a2a=None,
-                ep=1, zero=stage, recompute=recompute,
+                ep=1, etp=1, zero=stage, recompute=recompute,
                 sp=False, micro_batch=mbs, micro_batches=accum, world=world, global_batch=gbs,
                 grad_dtype=grad, overlap_comm=cfg["zero_optimization"].get("overlap_comm"),
                 config=cfg)
@@ -611,7 +615,7 @@ def nanotron_layout(text: str, world: int) -> dict:
         _need(seq % cp == 0, "tokens % cp != 0")
         _need(mc.get("_attn_implementation") == "llama3_ring_attention", "CP needs ring attention")
     mbs, accum = tok["micro_batch_size"], tok["batch_accumulation_per_replica"]
-    return dict(dp=dp, tp=tp, pp=pp, vp=1, cp=cp, ep=ep, zero=zero,
+    return dict(dp=dp, tp=tp, pp=pp, vp=1, cp=cp, ep=ep, etp=tp, zero=zero,
                 cp_comm="allgather" if cp > 1 else None, cp_a2a=None,
                 recompute="full" if par.get("recompute_layer") else "none",
                 sp=mode == "REDUCE_SCATTER", micro_batch=mbs, micro_batches=accum, world=world,

@@ -85,8 +85,12 @@ class Hand:
         self.peak = gpu.bf16_tflops * 1e12  # dense BF16 peak, datasheet
         self.hbm_bw = gpu.hbm_tb_per_s * 1e12
         self.nvlink = gpu.scaleup_gb_per_s * 1e9  # per GPU, one direction
+        self.fp32_peak = (gpu.fp32_tflops or 0.0) * 1e12  # CUDA-core FP32 peak, datasheet
         self.s = problem.training.seq_len
         self.B = problem.training.global_batch
+        # dropless routing with an auxiliary loss: the busiest EP rank's tokens over the balanced
+        # share, a profile knob (`Profile.moe_dropless_imbalance`, docs/moe.md), read as data
+        self.imbalance = prof.moe_dropless_imbalance
 
     # ---------------------------------------------------------------- kernels (reference §7.2)
     def gemm(self, M, N, K) -> float:
@@ -169,15 +173,25 @@ class Hand:
         out += self.gemm(T, m.h, m.q / t)  # output projection
         if not moe:
             return out + self.gemm(T, up * m.f / t, m.h) + self.gemm(T, m.h, m.f / t)
-        # router, then per local expert a GEMM over its T k ep / E tokens (balanced routing) of
-        # f_e / t columns: each expert-TP rank holds f_e / t of every local expert, and takes
-        # all k T routed copies of its TP group (the dispatcher's all-gather)
-        local, per_expert = m.E / x.ep, T * m.k * x.ep / m.E
-        out += self.gemm(T, m.E, m.h)
-        out += local * (self.gemm(per_expert, up * m.fe / t, m.h) - self.prof.gemm_overhead_us
-                        * 1e-6) + self.prof.gemm_overhead_us * 1e-6  # one grouped kernel
-        out += local * (self.gemm(per_expert, m.h, m.fe / t) - self.prof.gemm_overhead_us
-                        * 1e-6) + self.prof.gemm_overhead_us * 1e-6
+        # MoE block (Megatron-Core moe/: router.py, experts.py TEGroupedMLP, docs/moe.md): each
+        # rank routes T_r = T / t tokens (SP shards the sequence; the expert-TP all-gather after
+        # the all-to-all hands every expert-TP rank the k T_r copies of each of its t peers, so
+        # it holds X = t k T_r = k T copies with expert-TP = TP), times the busiest rank's share
+        # under dropless routing (the profile's `moe_dropless_imbalance`, read as data).
+        # Router: T_r x h x E in fp32 on the CUDA cores (--moe-router-dtype fp32; the GPU's FP32
+        # datasheet peak x the GEMM efficiency, plus the fixed kernel cost).
+        T_r = T / t
+        out += 2.0 * T_r * m.E * m.h / (self.prof.gemm_efficiency * self.fp32_peak) \
+            + self.prof.gemm_overhead_us * 1e-6
+        # experts: one grouped kernel per projection over the E / ep local experts, M_e = X / E_l
+        # tokens each, f_e / t columns (each expert-TP rank holds f_e / t of every local
+        # expert), plus the fitted per-expert tail `grouped_gemm_expert_us` per projection
+        local = m.E / x.ep
+        M_e = m.k * T * self.imbalance / local
+        over = self.prof.gemm_overhead_us * 1e-6
+        out += local * (self.gemm(M_e, up * m.fe / t, m.h) - over) + over
+        out += local * (self.gemm(M_e, m.h, m.fe / t) - over) + over
+        out += 2 * local * self.prof.grouped_gemm_expert_us * 1e-6
         if m.n_shared:
             fs = m.n_shared * m.fe
             out += self.gemm(T, up * fs / t, m.h) + self.gemm(T, m.h, fs / t)
@@ -194,11 +208,14 @@ class Hand:
         4 generalised in reference §3.4; flash attention, no dropout): attention LN input 2h +
         QKV input 2h (whole on every TP rank without SP, /t with SP), Q 2q and the output
         projection's input 2q (/t), K and V 2k_v + 2k_v (/min(t, g)); MLP LN input 2h + FC1
-        input 2h (as the attention's), c_f f (/t). MoE MLP (reference §3.5): LN and router inputs
-        2h + 2h and the fp32 router probabilities 4E (as the LN inputs), per routed copy c_f f_e
-        and the combine input 2h (/t) and the expert FC1 input 2h, whole on every TP rank
-        (Megatron's all-to-all dispatcher all-gathers the received tokens over expert-TP,
-        token_dispatcher.py `dispatch_postprocess`); shared experts c_f f_e each (/t).
+        input 2h (as the attention's), c_f f (/t). MoE MLP (reference §3.5; docs/moe.md): LN and
+        router inputs 2h + 2h and the fp32 router probabilities 4E (as the LN inputs); the X = k T
+        x imbalance routed copies a rank holds (expert-TP = TP: the dispatcher all-gathers the
+        received tokens over expert-TP, token_dispatcher.py `dispatch_postprocess`) keep each
+        the expert FC1 input 2h whole, c_f f_e / t and the fp32 routing probability (4 bytes),
+        which the activation multiplies in (Megatron-Core >= 0.13: "moving the probs
+        multiplication from unpermutation to activation function", MoE README), so the combine
+        keeps nothing; shared experts c_f f_e each (/t).
         Full recompute keeps the layer input, 2h (/t with SP)."""
         m, t, T = self.m, x.tp, self.tokens(x)
         rep = t if x.sp else 1
@@ -208,14 +225,17 @@ class Hand:
         attn = (4 * m.h) / rep + (2 * m.q + 2 * m.q) / t + (2 * m.kv + 2 * m.kv) / min(t, m.g)
         if not moe:
             return T * (attn + 4 * m.h / rep + m.cf * m.f / t)
-        routed = m.k * (m.cf * m.fe + 2 * m.h) / t + m.k * 2 * m.h
+        routed = m.k * self.imbalance * (2 * m.h + m.cf * m.fe / t + 4)
         return T * (attn + (4 * m.h + 4 * m.E) / rep + routed + m.n_shared * m.cf * m.fe / t)
 
     def layer_elementwise(self, x: Lay, moe: bool = False) -> float:
         """Memory-bound kernels write and re-read what the layer stores, times the stack's
         fitted `elementwise_factor` (docs/cost-model.md "Elementwise")."""
         stored = self.layer_activations(x, moe, recompute=0)
-        return self.hbm(2 * self.prof.elementwise_factor * stored)
+        out = self.hbm(2 * self.prof.elementwise_factor * stored)
+        if moe:  # the fused router reads and writes the fp32 T_r x E scores once (--moe-router-fusion)
+            out += self.hbm(2 * 4 * self.tokens(x) / x.tp * self.m.E)
+        return out
 
     def layer_forward(self, x: Lay, moe: bool = False) -> float:
         return self.layer_gemms(x, moe) + self.layer_attention(x) + self.layer_elementwise(x, moe)
@@ -272,10 +292,11 @@ class Hand:
 
     # ---------------------------------------------------------------- communication items
     def tp_fwd_layer(self, x: Lay, moe: bool = False) -> float:
-        """Forward TP collectives of one layer (Megatron SP: all-gather before and
-        reduce-scatter after the attention block and the MLP, of the 2 b s h / c bf16 activation;
-        without SP one all-reduce each; reference §5.5). A MoE MLP gathers and reduce-scatters
-        the k routed copies (k x the bytes), shared experts a dense MLP's pair."""
+        """Forward TP collectives of one layer that may overlap the GEMMs (Megatron SP:
+        all-gather before and reduce-scatter after the attention block and the MLP, of the
+        2 b s h / c bf16 activation; without SP one all-reduce each; reference §5.5). A MoE
+        layer: the attention block's pair and the shared experts' (a dense MLP's), its routed
+        copies' gather being `etp_layer`."""
         S = 2 * self.tokens(x) * self.m.h
 
         def pair(nbytes):
@@ -285,7 +306,15 @@ class Hand:
 
         if not moe:
             return 2 * pair(S)
-        return pair(S) + pair(self.m.k * S) + (pair(S) if self.m.n_shared else 0.0)
+        return pair(S) + (pair(S) if self.m.n_shared and x.tp > 1 else 0.0)
+
+    def etp_layer(self, x: Lay) -> float:
+        """The expert-TP all-gather of the routed copies a rank received and the reduce-scatter
+        of the expert outputs (Megatron-Core MoEAlltoAllTokenDispatcher `dispatch_postprocess` /
+        `combine_preprocess`), once per pass: k x the 2 b s h / c bytes each (each of the t ranks
+        received k T / t copies), exposed (they run on the compute stream)."""
+        kS = self.m.k * 2 * self.tokens(x) * self.m.h
+        return self.all_gather(kS, x.tp) + self.reduce_scatter(kS, x.tp)
 
     def cp_bytes(self, x: Lay) -> dict[str, float]:
         """Bytes per token one TP rank holds of Q (2 a d / t), K and V (2 g d / min(t, g) each)
@@ -352,15 +381,24 @@ class Hand:
                 "a2a+ring": ring + 2 * qkv}[x.cc]
 
     def ep_layer(self, x: Lay) -> float:
-        """Four all-to-alls per MoE layer and micro-batch (dispatch and combine, forward and
-        backward; two more with full recompute), each of the k T / t routed copies' 2h bytes
-        this rank sends (the seed's 2 x top-k x sbh per layer)."""
+        """The all-to-all dispatcher per MoE layer and micro-batch (Megatron-Core
+        MoEAlltoAllTokenDispatcher): forward the k T / t routed copies' 2h bytes out (dispatch),
+        as many back (combine) and their fp32 probabilities (4 bytes each, `permuted_probs`);
+        backward the two 2h-byte ones again; full recompute repeats the forward. Exposed but for
+        the profile's `ep_overlap`."""
         if x.ep == 1:
             return 0.0
         P = self.prof
-        a2a = self.all_to_all(2 * self.m.k * self.tokens(x) / x.tp * self.m.h, x.ep)
+        copies = self.m.k * self.tokens(x) / x.tp
+        big = self.all_to_all(2 * copies * self.m.h, x.ep)
+        fwd = 2 * big + self.all_to_all(4 * copies, x.ep)
         share = (1 - P.ep_overlap) + P.ep_overlap * P.overlap_sm_fraction
-        return a2a * (4 + (2 if x.rc == 2 else 0)) * share
+        return (fwd * (2 if x.rc == 2 else 1) + 2 * big) * share
+
+    def host_layer(self) -> float:
+        """Exposed host time per MoE layer and micro-batch with dynamic shapes and no CUDA
+        graphs: the profile's `moe_host_overhead_us` (docs/moe.md "Host")."""
+        return self.prof.moe_host_overhead_us * 1e-6
 
     def pp_item(self, x: Lay) -> float:
         """Fill and drain cross each of the p v - 1 chunk boundaries once each way (Narayanan et
@@ -418,9 +456,11 @@ class Hand:
         full = 1.0 if x.rc == 2 else 0.0
         rec = full * (nd * self.layer_forward(x) + (nm * self.layer_forward(x, True) if nm else 0))
         tp = nd * self.tp_fwd_layer(x) * (2 + full) + nm * self.tp_fwd_layer(x, True) * (2 + full)
+        tp += nm * self.etp_layer(x) * (2 + full) if nm else 0.0
         cp = (nd + nm) * self.cp_layer(x)
         ep = nm * self.ep_layer(x)
-        return fwd + bwd + rec + tp + cp + ep
+        host = nm * self.host_layer() if nm else 0.0
+        return fwd + bwd + rec + tp + cp + ep + host
 
     # ---------------------------------------------------------------- memory
     def inflight(self, x: Lay, stage: str) -> float:

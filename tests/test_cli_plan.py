@@ -18,24 +18,25 @@ P70 = ["--model", "llama3-70b", "--gpu", "h100", "--gpus", "64", "--seq-len", "8
        "--global-batch", "512"]
 
 # The frozen sweep/plan CSV schema (version 2: + the job settings; 4: + model_code, torch_compile,
-# autocast, layout (the full slug), time_offload_s; 5: + fp8_param_gather, network, cp_comm,
-# cp_a2a). Changing it breaks users' notebooks: add a column only with a schema version bump and
-# a note in the README.
+# autocast, layout (the full slug), time_offload_s; 5: + cp_comm, cp_a2a, etp, edp, the MoE job
+# settings, fp8_param_gather, network, time_host_s, problem_rows). Changing it breaks users'
+# notebooks: add a column only with a schema version bump and a note in the README.
 FROZEN_SWEEP_COLUMNS = [
     "model", "gpu", "n_gpus", "gpus_per_node", "seq_len", "global_batch",
     "stack", "precision", "grad_dtype", "grad_reduce_dtype", "optimizer_dtype", "attention", "model_code", "torch_compile", "autocast", "tp_comm_overlap",
-    "fp8_param_gather", "usable_fraction", "intra_gbps", "inter_gbps", "intra_latency_us", "inter_latency_us",
-    "network", "profile",
-    "dp", "tp", "pp", "vp", "cp", "cp_comm", "cp_a2a", "ep", "zero", "recompute", "sp",
-    "micro_batch", "grad_accum", "layout",
-    "rank",
+    "moe_dispatcher", "moe_a2a_overlap", "moe_routing", "moe_capacity_factor", "cuda_graphs",
+    "fp8_param_gather", "usable_fraction", "intra_gbps", "inter_gbps", "intra_latency_us",
+    "inter_latency_us", "network", "profile",
+    "dp", "tp", "pp", "vp", "cp", "cp_comm", "cp_a2a", "ep", "etp", "edp", "zero", "recompute",
+    "sp", "micro_batch", "grad_accum", "layout",
+    "rank", "problem_rows",
     "mem_params_gib", "mem_grads_gib", "mem_optimizer_gib", "mem_model_states_gib",
     "mem_activations_gib", "mem_embedding_logits_gib", "mem_overhead_gib", "mem_total_gib",
     "mem_capacity_gib", "mem_usable_gib", "mem_reserved_gib", "mem_device_gib",
     "mem_headroom_gib", "mem_first_stage_gib", "mem_last_stage_gib",
     "time_compute_s", "time_recompute_s", "time_tp_comm_s", "time_cp_comm_s", "time_ep_comm_s",
     "time_pp_comm_s", "time_dp_comm_s", "time_bubble_s", "time_optimizer_s", "time_offload_s",
-    "time_step_s",
+    "time_host_s", "time_step_s",
     "mfu", "tokens_per_s_per_gpu", "fits", "note",
 ]
 

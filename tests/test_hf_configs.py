@@ -46,6 +46,8 @@ PUBLISHED = [
     ("gemma-2-27b", 1_180_237_824 + 26_047_480_320, None, "Gemma 2 report, arXiv 2408.00118, Table 2"),
     ("mistral-7b", 7.3e9, None, "Mistral AI, 'Mistral 7B' announcement (2023-09-27): 7.3B"),
     ("phi-3-mini-4k", 3.8e9, None, "Phi-3 report, arXiv 2404.14219: phi-3-mini, 3.8B"),
+    ("qwen3-235b-a22b", 235e9, 22e9, "Qwen3-235B-A22B model card: 235B in total, 22B activated"),
+    ("mixtral-8x22b", 141e9, 39e9, "Mistral AI, 'Cheaper, Better, Faster, Stronger' (2024-04-17): 141B, 39B active"),
 ]
 
 
@@ -185,8 +187,66 @@ def test_plan_header_and_json_carry_the_parameter_counts():
 
 
 def test_cli_prints_model_warnings_as_one_line():
-    r = run_cli("estimate", "--model", HF / "deepseek-v3.json", "--gpu", "h100", "--gpus", "8",
-                "--seq-len", "4096", "--global-batch", "64", "--format", "json")
+    r = run_cli("estimate", "--model", HF / "llama-4-scout-17b-16e.json", "--gpu", "h100",
+                "--gpus", "8", "--seq-len", "4096", "--global-batch", "64", "--ep", "8",
+                "--format", "json")
     warn_lines = [ln for ln in r.stderr.splitlines() if ln.startswith("warning:")]
-    assert len(warn_lines) == 1 and "num_nextn_predict_layers" in warn_lines[0]
+    assert len(warn_lines) == 2  # chunked attention; the vision sub-model
+    assert any("attention_chunk_size" in w for w in warn_lines)
     assert "Traceback" not in r.stderr and "InputWarning" not in r.stderr
+    # DeepSeek-V3's multi-token prediction is modelled now: no warning left for it
+    r = run_cli("estimate", "--model", HF / "deepseek-v3.json", "--gpu", "h100", "--gpus", "8",
+                "--seq-len", "4096", "--global-batch", "64", "--ep", "8", "--format", "json")
+    assert r.returncode == 0 and not [ln for ln in r.stderr.splitlines() if ln.startswith("warning:")]
+
+
+def test_deepseek_v3_reads_mtp_dense_leaders_and_group_limited_routing():
+    """config.json: num_nextn_predict_layers 1, first_k_dense_replace 3, n_group 8 with
+    topk_group 4 (each token's experts from 4 of 8 groups)."""
+    m = _load("deepseek-v3")
+    assert m.mtp_layers == 1 and m.moe.n_dense_layers == 3
+    assert (m.moe.n_groups, m.moe.topk_groups) == (8, 4)
+    arch = build_arch(m)
+    # the published 671B leave the MTP module out; its block is one more MoE layer plus the
+    # 2h -> h projection and two norms: 11.27e9 + 0.34e9 ... = about 11.6e9
+    assert arch.mtp_block_params == pytest.approx(
+        arch.moe_layer_params + 2 * 7168 * 7168 + 2 * 7168, rel=1e-12)
+
+
+def test_kimi_k2_is_deepseek_v3_shaped_without_group_limit_or_mtp():
+    """Kimi K2 report (arXiv 2507.20534): 1.04T total, 32B activated; the config gives 384
+    experts, 64 MLA heads, one leading dense layer, n_group 1, no MTP. Our count, 1.026T, is
+    1.3 % below the rounded headline; the activated 32B leaves out the embedding table (a
+    lookup), as gpt-oss's card does."""
+    total, active, arch = _counts("kimi-k2-base")
+    m = _load("kimi-k2-base")
+    assert m.activation == "swiglu" and m.mtp_layers == 0 and m.moe.n_groups is None
+    assert m.moe.n_experts == 384 and m.moe.n_dense_layers == 1
+    assert _within(total, 1.04e12, 0.02)
+    assert _within(active - arch.p_embed, 32e9, 0.01)
+
+
+def test_llama4_maverick_interleaves_dense_and_moe_layers():
+    """interleave_moe_layer_step 2: layers 1, 3, ..., 47 are MoE (24 of 48), the others dense
+    of intermediate_size_mlp 16384. Meta's card: 400B total with the vision encoder, 17B
+    active."""
+    m = _load("llama-4-maverick-17b-128e")
+    assert m.moe.layer_step == 2 and m.moe.n_dense_layers == 0
+    total, active, arch = _counts("llama-4-maverick-17b-128e")
+    assert (arch.n_dense_layers, arch.n_moe_layers) == (24, 24)
+    assert _within(total, 400e9, 0.01) and _within(active, 17e9, 0.02)
+
+
+@pytest.mark.parametrize("preset,fixture", [
+    ("deepseek-v3", "deepseek-v3"), ("qwen3-235b-a22b", "qwen3-235b-a22b"),
+    ("qwen3-30b-a3b", "qwen3-30b-a3b"), ("mixtral-8x22b", "mixtral-8x22b"),
+    ("llama4-maverick", "llama-4-maverick-17b-128e"), ("llama4-scout", "llama-4-scout-17b-16e"),
+    ("gpt-oss-120b", "gpt-oss-120b"), ("kimi-k2", "kimi-k2-base"),
+])
+def test_moe_presets_agree_with_their_published_configs(preset, fixture):
+    """Each MoE preset is the published config.json, field for field where the cost model reads
+    them: the same layer kinds, parameter counts, MTP modules and routing groups."""
+    a, b = build_arch(load_model(preset)), build_arch(_load(fixture))
+    for field in ("n_params", "n_params_active", "n_dense_layers", "n_moe_layers", "n_mtp",
+                  "n_groups", "topk_groups", "window", "n_window_layers"):
+        assert getattr(a, field) == pytest.approx(getattr(b, field), rel=1e-12), field

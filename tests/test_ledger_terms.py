@@ -69,8 +69,10 @@ def test_compute_of_the_pacing_stage_with_pp_and_vp():
 
 
 def test_moe_compute_and_ep_all_to_alls():
-    # ep 4 over dp 4, tp 2: grouped expert GEMMs over T k ep / E tokens each, 4 all-to-alls per
-    # MoE layer of the k T / t routed copies (2h bytes each) inside the node
+    # ep 4 over dp 4, tp 2: fp32 router, grouped expert GEMMs over k T x imbalance / (E / ep)
+    # tokens each, and per MoE layer the dispatcher's all-to-alls of the k T / t routed copies
+    # inside the node: 2h-byte dispatch and combine plus 4-byte probabilities forward, the two
+    # 2h-byte ones backward; host time per MoE layer and micro-batch (dropless, no CUDA graphs)
     x = Lay(dp=4, tp=2, ep=4, sp=True, zero=1)
     rec, H = run(MOE, x, tp_comm_overlap=False)
     m = H.micro_batches(x)
@@ -79,11 +81,14 @@ def test_moe_compute_and_ep_all_to_alls():
     nd, nm = H.stage_layers(x, "first")
     assert (nd, nm) == (1, 3)
     assert rec["time_s"]["ep_comm"] == pytest.approx(m * nm * H.ep_layer(x), rel=REL)
-    # by hand for one all-to-all: 3 of 4 quarters leave over 0.82 x 450 GB/s, 3 NVLink steps
-    T = 4096
-    S = 2 * 2 * T / 2 * 1024
-    a2a = (14 + 3 * 1.9) * 1e-6 + 3 / 4 * S / (0.82 * 450e9)
-    assert rec["time_s"]["ep_comm"] == pytest.approx(m * 3 * 4 * a2a, rel=REL)
+    assert rec["time_s"]["host"] == pytest.approx(m * nm * H.host_layer(), rel=REL)
+    # by hand: 3 of 4 quarters leave over 0.82 x 450 GB/s, 3 NVLink steps per all-to-all;
+    # k T / t = 2 x 4096 / 2 = 4096 copies of 2h = 2048 bytes (dispatch, combine) or 4 (probs)
+    copies = 2 * 4096 / 2
+    lat = (14 + 3 * 1.9) * 1e-6
+    big = lat + 3 / 4 * copies * 2 * 1024 / (0.82 * 450e9)
+    probs = lat + 3 / 4 * copies * 4 / (0.82 * 450e9)
+    assert rec["time_s"]["ep_comm"] == pytest.approx(m * 3 * (2 * big + probs + 2 * big), rel=REL)
 
 
 def test_recompute_is_one_more_forward_of_the_layers():
@@ -448,32 +453,36 @@ def test_activations_per_layer_korthikanti(x):
 
 
 def test_moe_activations_hold_the_gathered_expert_input_whole():
-    # Mixtral-style MoE at tp 2 with SP: the expert FC1 input 2 h k T per layer is whole on every
-    # TP rank (Megatron's dispatcher gathers over expert-TP), not 2 h k T / t
+    # Mixtral-style MoE at tp 2 with SP: the expert FC1 input 2 h per routed copy is whole on
+    # every TP rank (Megatron's dispatcher gathers over expert-TP), not / t
     x = Lay(dp=4, tp=2, ep=4, sp=True)
     rec, H = run(MOE, x)
     assert rec["memory_gib"]["activations"] * GiB == pytest.approx(
         H.activations(x, "first"), rel=REL)
-    # against tp 1 (same tokens per GPU): every term halves but the gathered input of the 3 MoE
-    # layers, so tp 2 keeps half of tp 1 plus half of 3 x 2 h k T
+    # against tp 1 (same tokens per GPU): every term halves but the gathered input and the
+    # fp32 probability of the k T x imbalance copies of the 3 MoE layers, so tp 2 keeps half of
+    # tp 1 plus half of 3 x (2h + 4) k T x imbalance
     one, _ = run(MOE, Lay(dp=8, ep=4))
-    T, h, k = 4096, 1024, 2
+    T, h, k, imb = 4096, 1024, 2, H.imbalance
     assert rec["memory_gib"]["activations"] * GiB == pytest.approx(
-        one["memory_gib"]["activations"] * GiB / 2 + 3 * 2 * h * k * T / 2, rel=REL)
+        one["memory_gib"]["activations"] * GiB / 2 + 3 * (2 * h + 4) * k * T * imb / 2, rel=REL)
 
 
 def test_mixtral_tp8_moe_layer_activation_by_hand():
     # Mixtral 8x7B (h 4096, 32 heads, 8 KV heads of 128, f_e 14336, E 8, top-2, 32 MoE layers),
     # tp 8 with SP, s 4096, b 1, pp 1 (one micro-batch in flight), per MoE layer (reference
-    # §3.4-3.5; Megatron's expert-TP gather): every term / 8 except the gathered expert FC1
-    # input 2 h k T = 64 MiB, of which 56 MiB a / t accounting misses (issue 27 item 6)
+    # §3.4-3.5; Megatron's expert-TP gather; docs/moe.md): every term / 8 except, per routed
+    # copy (k T x the dropless imbalance of them), the gathered expert FC1 input 2h and its fp32
+    # probability: the FC1 input alone is 2 h k T = 64 MiB per layer at balance, of which 56 MiB
+    # a / t accounting misses (issue 27 item 6)
     from autoparallel import load_model
 
     p = make_problem(load_model("mixtral-8x7b"), "h100", 64, seq_len=4096, global_batch=64)
     rec = estimate(p, Layout(dp=8, tp=8, sp=True, ep=1))
     T, h, q, kv, fe, E, k = 4096, 4096, 4096, 1024, 14336, 8, 2
+    imb = p.profile.moe_dropless_imbalance
     attn = (4 * h + 4 * q) / 8 + 4 * kv / 8
-    moe = (4 * h + 4 * E) / 8 + k * (6 * fe + 2 * h) / 8 + k * 2 * h
+    moe = (4 * h + 4 * E) / 8 + k * imb * (2 * h + 6 * fe / 8 + 4)
     assert p.stack.activation_factor == 1.0
     assert rec["memory_gib"]["activations"] * GiB == pytest.approx(32 * T * (attn + moe), rel=1e-12)
     assert T * k * 2 * h * (1 - 1 / 8) / 2 ** 20 == 56.0

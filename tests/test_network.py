@@ -185,9 +185,10 @@ def test_hidden_alltoalls_take_nic_time_from_the_dp_reduction():
     # Mixtral, EP8 x TP1 on 4-GPU nodes: the all-to-alls leave each node. With them overlapped
     # with compute (ep_overlap = 1) they occupy the NICs while the gradient reduction hides in
     # the backward, so it hides only in the NIC time they leave (reference §5.6): the backward
-    # window shrinks by the all-to-alls' NIC time, (n - 4)/n x bytes / 47 GB/s each, 2 per MoE
-    # layer forward and backward. Exposed all-to-alls (ep_overlap = 0) run between kernels and
-    # leave the NICs to the DP traffic.
+    # window shrinks by the all-to-alls' NIC time, (n - 4)/n x bytes / 47 GB/s each: forward the
+    # dispatch and combine of the k T copies (2h bytes each) and their fp32 probabilities
+    # (4 bytes each), backward the two 2h-byte ones, per MoE layer. Exposed all-to-alls
+    # (ep_overlap = 0) run between kernels and leave the NICs to the DP traffic.
     from autoparallel.cost.arch import build_arch
     from autoparallel.cost.time import stage_times
     from autoparallel.placement import layout_groups
@@ -198,10 +199,11 @@ def test_hidden_alltoalls_take_nic_time_from_the_dp_reduction():
     t = LayoutTable.from_layouts([lay], 32, base.model.n_layers)
     arch = build_arch(base.model)
     st = next(iter(stage_times(over, arch, t, layout_groups(t, sizes(over))).values()))
-    a2a_bytes = 2.0 * arch.top_k * 4096 * arch.hidden  # dispatch + combine of one micro-batch
+    a2a_bytes = 2.0 * arch.top_k * 4096 * arch.hidden  # dispatch or combine of one micro-batch
     per_a2a = (8 - 4) / 8 * a2a_bytes / NIC
+    probs = (8 - 4) / 8 * 4.0 * arch.top_k * 4096 / NIC
     assert st["nic_bwd"][0] == pytest.approx(base.model.n_layers * 2 * per_a2a, rel=1e-9)
-    assert st["nic_fwd"][0] == pytest.approx(base.model.n_layers * 2 * per_a2a, rel=1e-9)
+    assert st["nic_fwd"][0] == pytest.approx(base.model.n_layers * (2 * per_a2a + probs), rel=1e-9)
     exposed = next(iter(stage_times(base, arch, t, layout_groups(t, sizes(base))).values()))
     assert exposed["nic_bwd"][0] == 0.0
     # the DP item grows with the NIC time taken (ZeRO-1: reduce-scatter in the backward window)

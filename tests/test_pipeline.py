@@ -81,13 +81,23 @@ def test_layouts_without_a_split_take_the_one_plan_takes():
     from autoparallel import api
     from autoparallel.search.splits import default_split, with_default_split
 
-    # DeepSeek-V3 (61 layers) on pp 16: the report's own split, 3 + 4 x 14 + 2 (arXiv
-    # 2412.19437 §3.2; the output layer weighs 1.39 layers here, so the short end takes it)
-    ds = make_problem("deepseek-v3", "h800", 2048, 4096, 15360)
+    # DeepSeek-V3 (61 layers) without its MTP module on pp 16: the report's own split,
+    # 3 + 4 x 14 + 2 (arXiv 2412.19437 §3.2; the output layer weighs 1.39 layers here, so the
+    # short end takes it: loads 3, 4, 2 + 1.39)
+    from autoparallel import load_model
+
+    bare = load_model("deepseek-v3").model_copy(update={"mtp_layers": 0})
+    ds = make_problem(bare, "h800", 2048, 4096, 15360)
     lay, note = with_default_split(ds, Layout(pp=16, ep=64))
     assert lay.stage_layers == [3] + [4] * 14 + [2] and "61 layers" in note
     t = enumerate_layouts(ds, SearchSpace(tp=[1], pp=[16], vp=[1], ep=[64], cp=[1]))
     assert {(int(f), int(last)) for f, last in zip(t["lf"], t["ll"])} == {(3, 2)}
+    # with the MTP module on the last stage (one more block, a second head pass: 1 + 2 x 1.39
+    # = 3.78 layers there) the last stage takes one layer: loads 4, 4, 1 + 3.78 = 4.78, where
+    # 3 + 4 x 14 + 2 would load it with 5.78
+    mtp = make_problem("deepseek-v3", "h800", 2048, 4096, 15360)
+    lay, _ = with_default_split(mtp, Layout(pp=16, ep=64))
+    assert lay.stage_layers == [4] * 15 + [1]
     # untouched: an even split, a split already given, pp = 1
     p = make_problem("llama3-405b", "h100", 16384, 8192, 2048)
     for given in (Layout(tp=8, pp=2), Layout(tp=8, pp=16, stage_layers=[6] + [8] * 14 + [8]),
@@ -555,7 +565,8 @@ def test_torchtitan_export_writes_the_uneven_splits_its_own_split_reproduces():
             assert f"pipeline_parallel_{key}{sep}{value}" in text, (version, key)
     # 61 layers (DeepSeek-V3) on pp 4 as [15, 16, 16, 14]: E = 61 + 1 + 2 = 64, 16 per stage
     ds = make_problem("deepseek-v3", "h100", 256, 4096, 1024)
-    text = render("torchtitan", ds, Layout(tp=8, pp=4, ep=8, stage_layers=[15, 16, 16, 14]))
+    # (TorchTitan 0.3 borrows EP from dp_shard x cp x tp without expert TP: etp = 1)
+    text = render("torchtitan", ds, Layout(tp=8, pp=4, ep=8, etp=1, stage_layers=[15, 16, 16, 14]))
     assert "pipeline_parallel_first_stage_less_layers=1" in text
     assert "pipeline_parallel_last_stage_less_layers=2" in text
     # the rest is refused with the reason and the targets that can: a first stage heavier than

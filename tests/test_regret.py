@@ -29,8 +29,8 @@ def test_regret_of_the_nemo_llama2_7b_recipe():
     """NeMo 24.07 performance summary, Llama-2-7B on 8 H100 in FP8 (published_runs GT0542): TP1
     PP1, micro-batch 1, 128 sequences of 4096 tokens, 16,934 tokens/s/GPU, so the measured step is
     128 x 4096 / (16,934 x 8) = 3.870 s. Optimism compares plan's #1 with that; the shrunk figure
-    divides #1 by exp(p50) of the H100 residuals of the row's stack in error_bands.csv (NeMo's
-    performance tables run the megatron-bridge stack; the band row of #1's regime, compute- or
+    divides #1 by exp(p50) of the H100 residuals of the row's stack in error_bands.csv
+    (megatron-bridge: NeMo 24.07 runs NVIDIA's recipes; the row of #1's regime, compute- or
     communication-bound)."""
     case = _case("GT0542")
     row = regret.regret_row(case, None, {}, 0.01)
@@ -38,8 +38,8 @@ def test_regret_of_the_nemo_llama2_7b_recipe():
     assert row["measured_s"] == pytest.approx(measured, rel=1e-9)
     assert row["optimism"] == pytest.approx(row["best_s"] / measured - 1, rel=1e-12)
     bands = pd.read_csv(BAND_FILE, comment="#")
-    assert case.job["stack"] == "megatron-bridge"
-    mine = bands[(bands["quantity"] == "step") & (bands["stack"] == "megatron-bridge")
+    assert case.stack == row["stack"] == "megatron-bridge"
+    mine = bands[(bands["quantity"] == "step") & (bands["stack"] == case.stack)
                  & (bands["gpu"] == "h100")]
     shrunk = {round(row["best_s"] / math.exp(p) / measured - 1, 12) for p in mine["p50"]}
     assert round(row["optimism_shrunk"], 12) in shrunk
@@ -54,10 +54,10 @@ def test_overrides_reach_the_problem_and_the_recipe_recompute_follows():
     the gradient buffer 2 bytes per parameter; a recipe whose row leaves recompute open gets the
     least recompute plan's own fit rule accepts."""
     case = _case("GT0547")  # Nemotron-4 340B on 128 H100, recompute not stated
-    assert regret.recipe_problem(case, None, {}).training.stack == "megatron-bridge"  # the row's
-    # plain Megatron-Core (fp32 main gradients), then with NeMo's bf16 gradient buffer
     core = regret.recipe_problem(case, "megatron-core", {})
     bf16 = regret.recipe_problem(case, "megatron-core", {"grad_dtype": "bf16"})
+    # the row's own stack is Megatron-Bridge, whose recipes reduce gradients in bf16
+    assert regret.recipe_problem(case, None, {}).training.grad_dtype == "bf16"
     assert (core.training.grad_dtype, bf16.training.grad_dtype) == ("fp32", "bf16")
     assert regret.recipe_problem(case, "torchtitan", {}).training.stack == "torchtitan"
     lay = regret.recipe_layout(case, bf16)

@@ -28,23 +28,31 @@ def naive_cp_forms(cp):
 
 
 def naive_enumeration(problem, max_mb=16, max_vp=16):
-    """The candidate set as the issue words it, with plain loops (independent of numpy code)."""
+    """The candidate set as the issue words it, with plain loops (independent of numpy code).
+    Experts fold onto the attention grid (MoE Parallel Folding): etp (1 or tp) x ep divides
+    tp x cp x dp, ep the experts, etp the expert FFN width and the NVLink domain; dense models
+    etp = tp."""
     n, L, B = problem.cluster.n_gpus, problem.model.n_layers, problem.training.global_batch
     E = problem.model.moe.n_experts if problem.model.moe else 0
+    f_e = problem.model.moe.expert_ffn_hidden_size if E else 0
+    g = problem.cluster.nvlink_domain
     rows = set()
     for tp, pp, cp in itertools.product(range(1, n + 1), repeat=3):
         if n % (tp * pp * cp):
             continue
         dp = n // (tp * pp * cp)
         vps = [1] + ([v for v in range(2, max_vp + 1) if L % pp == 0 and L % (pp * v) == 0] if pp > 1 else [])
-        eps = [e for e in range(1, E + 1) if E % e == 0 and (dp * cp) % e == 0] if E else [1]
+        # by default etp is 1 or tp (Megatron's default, the MoE guide's advice)
+        grids = [(e, x) for e in range(1, E + 1) for x in sorted({1, tp})
+                 if E % e == 0 and f_e % x == 0 and g % x == 0 and (tp * cp * dp) % (e * x) == 0
+                 ] if E else [(1, tp)]
         mbs = ([b for b in range(1, max_mb + 1) if B % b == 0 and (B // dp) % b == 0]
                if B % dp == 0 else [1])
-        for vp, ep, zero, rc, sp, mb, (cc, cu) in itertools.product(
-                vps, eps, range(4), range(3), (0, 1), mbs, naive_cp_forms(cp)):
+        for vp, (ep, etp), zero, rc, sp, mb, (cc, cu) in itertools.product(
+                vps, grids, range(4), range(3), (0, 1), mbs, naive_cp_forms(cp)):
             if sp and tp == 1:
                 continue
-            rows.add((dp, tp, pp, vp, cp, ep, zero, rc, sp, mb, cc, cu))
+            rows.add((dp, tp, pp, vp, cp, ep, etp, zero, rc, sp, mb, cc, cu))
     return rows
 
 
@@ -53,8 +61,8 @@ def test_enumerator_equals_naive_definition(model, n, batch):
     p = make_problem(model, "h100", n, 1024, batch, gpus_per_node=4 if n % 8 else 8)
     # the axes this definition covers: even splits, the default schedule of each vp
     t = enumerate_layouts(p, SearchSpace(schedule=["1f1b", "interleaved"], uneven=False))
-    got = set(zip(*(t[c].tolist() for c in ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "rc", "sp",
-                                              "mb", "cc", "cu"))))
+    got = set(zip(*(t[c].tolist() for c in ("dp", "tp", "pp", "vp", "cp", "ep", "etp", "zero",
+                                              "rc", "sp", "mb", "cc", "cu"))))
     assert len(got) == len(t)  # no duplicates
     assert got == naive_enumeration(p)
 
@@ -298,3 +306,27 @@ def test_plan_target_keeps_only_launchable_layouts():
     assert any(r.recompute == "full" for r in rows) and any(r.cp >= 4 and r.recompute == "none"
                                                             for r in rows)
     assert all(r.cp == 1 or r.cp_form.value == "a2a" for r in rows)
+
+
+@pytest.mark.parametrize("args", [("mixtral-8x7b", "h100", 64, 4096, 256),
+                                  ("deepseek-v3", "h100", 256, 4096, 1024),
+                                  ("llama3-70b", "h100", 64, 8192, 512)])
+def test_valid_enumeration_equals_filtering_every_candidate(args):
+    """`enumerate_valid` checks the rules before crossing ZeRO and recompute (no rule reads
+    them): the same rows as building every candidate and filtering it with `check_rules`, and
+    the same per-rule counts, each pruned row counted once per ZeRO x recompute combination."""
+    from autoparallel.cost.arch import build_arch
+    from autoparallel.layouts import COLUMNS
+    from autoparallel.rules import RULES, check_rules
+    from autoparallel.search.enumerate import enumerate_valid
+
+    p = make_problem(*args[:3], seq_len=args[3], global_batch=args[4])
+    every = enumerate_layouts(p)
+    flags = check_rules(p, build_arch(p.model), every)
+    found = enumerate_valid(p)
+    rows = lambda t, keep: set(zip(*(t[c][keep].tolist() for c in COLUMNS)))  # noqa: E731
+    assert rows(every, flags == 0) == rows(found.table, slice(None))
+    assert len(found.table) == int(np.count_nonzero(flags == 0))
+    assert found.n_pruned == int(np.count_nonzero(flags))
+    want = {r.name: int(np.count_nonzero(flags & int(r.flag))) for r in RULES}
+    assert found.pruned_counts == {k: v for k, v in want.items() if v}

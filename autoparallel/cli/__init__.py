@@ -80,7 +80,10 @@ def command(name: str):
         doc = (fn.__doc__ or "").strip().split("\n\n", 1)
         more = doc[1].strip() if len(doc) > 1 else ""
         help_text = entry.summary + (f"\n\n{more}" if more else "") + f"\n\nDetails: {entry.details}"
-        return app.command(name, help=help_text, cls=HelpCommand)(fn)
+        from .guard import guarded  # an OSError in a command: exit 2, not 70
+
+        app.command(name, help=help_text, cls=HelpCommand)(guarded(fn))
+        return fn
 
     return decorate
 
@@ -115,8 +118,12 @@ def _register() -> None:
 
 def err(message: str) -> None:
     """Print an error message on stderr."""
-    for i, line in enumerate(str(message).splitlines() or [""]):
-        sys.stderr.write(("error: " if i == 0 else "  ") + line + "\n")
+    try:
+        for i, line in enumerate(str(message).splitlines() or [""]):
+            sys.stderr.write(("error: " if i == 0 else "  ") + line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # stderr itself is gone: the exit code still says it
+        pass
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None,
@@ -128,14 +135,32 @@ def _show_warning(message, category, filename, lineno, file=None, line=None,
         _default(message, category, filename, lineno, file, line)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `autoparallel` console script."""
+def main(argv: list[str] | None = None, *, restore_signals: bool = True) -> int:
+    """Entry point of the `autoparallel` console script (`restore_signals`: put the signal
+    handlers back afterwards, for a command run inside another program)."""
+    from . import guard
+
+    previous = guard.install()  # Ctrl-C and SIGTERM: one line and exit 130 (cli/guard.py)
+    try:
+        return _main(argv, guard)
+    finally:
+        if restore_signals:
+            guard.restore(previous)
+
+
+def _main(argv, guard) -> int:
     warnings.showwarning = _show_warning
     debug = os.environ.get("AUTOPARALLEL_DEBUG") == "1"
     try:
         app(args=argv, standalone_mode=True)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        if code == 130:
+            guard.report_interrupt()
+        elif code == 0 and guard._stdout_failed():
+            guard.silence_stdout()
+            err("standard output: cannot write (the output was cut short)")
+            return 2
         return code
     except InfeasibleError as exc:
         if debug:
@@ -148,8 +173,13 @@ def main(argv: list[str] | None = None) -> int:
         err(str(exc))
         return 2
     except KeyboardInterrupt:
-        err("interrupted")
+        guard.report_interrupt()
         return 130
+    except OSError as exc:  # outside a command (start-up, argument parsing)
+        if debug:
+            raise
+        err(str(guard.as_output_error(exc)))
+        return 2
     except Exception as exc:  # a bug: say so in one line, keep the traceback for --debug runs
         if debug:
             raise
@@ -160,5 +190,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> None:
-    """Console-script wrapper."""
-    sys.exit(main())
+    """Console-script wrapper. Once the command is done, a late Ctrl-C or SIGTERM has nothing
+    left to stop: it is ignored while the interpreter exits (else it would kill the finished
+    process with the signal's status)."""
+    code = main(restore_signals=False)
+    import signal
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    if code == 130:
+        # CPython marks a KeyboardInterrupt raised inside exec/eval'd code (dataclass and
+        # namedtuple creation while modules import) as unhandled even when it was caught, and
+        # `python -m` then kills the process with SIGINT at exit instead of exiting 130: the
+        # interrupt is reported and every file closed, so leave now with the code we said
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(130)
+    sys.exit(code)

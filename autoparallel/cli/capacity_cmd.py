@@ -3,7 +3,6 @@ kind and count, each with its error band."""
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Annotated, Optional
 
@@ -11,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..output.files import strict_json
 from ..capacity_model import (CKPT_RESTORE_S, CKPT_WRITE_S, MTBF_GPU_HOURS, NODE_OVERHEAD,
                                POWER_FRACTION, PUE, Assumptions)
 from ..errors import SpecError
@@ -137,7 +137,7 @@ def capacity_command(
                         seq_len=seq_len, global_batch=parse_global_batch(global_batch, seq_len),
                         assumptions=a, rank_by=rank_by, deadline_days=days)
     if fmt == Fmt.json:
-        typer.echo(json.dumps(out, indent=2))
+        typer.echo(strict_json(out))
     elif fmt == Fmt.csv:
         import pandas as pd
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Optional
 
 import typer
 
 from ..errors import SpecError
+from ..output.files import strict_json, write_whole
 from . import command
 from .options import (OUTPUT, Fmt, FormatOpt, ProblemOptions, layout_options_class,
                       with_options)
@@ -35,7 +35,7 @@ def estimate_command(
                             f"{', '.join(layout.flags())}")
         scored = score_frame(read_layouts_csv(input), profile=problem.profile)
         if output:
-            scored.to_csv(output, index=False)
+            write_whole("--output", output, scored.to_csv(index=False))
             bad = int((scored["error"] != "").sum())
             Console(stderr=True).print(
                 f"scored {len(scored) - bad} of {len(scored)} rows -> {output}"
@@ -58,7 +58,7 @@ def estimate_command(
     for note in rec["notes"]:
         typer.echo(f"note: {note}", err=True)
     if fmt == Fmt.json:
-        typer.echo(json.dumps(rec, indent=2))
+        typer.echo(strict_json(rec))
     else:
         from .render import print_estimate
 

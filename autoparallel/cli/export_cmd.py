@@ -3,8 +3,6 @@ JSON, Nanotron YAML, sbatch script) of one layout, chosen by rank, by flags or b
 
 from __future__ import annotations
 
-import os
-import stat
 from typing import Annotated, Optional
 
 import typer
@@ -55,14 +53,10 @@ def _warn_if_unfit(problem, layout) -> None:
 
 
 def _write(path: str, text: str) -> None:
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-        if text.startswith("#!"):
-            mode = os.stat(path).st_mode
-            os.chmod(path, mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    except OSError as exc:
-        raise SpecError(f"--output {path}: cannot write ({exc.strerror or exc})") from None
+    """The whole file or nothing (`output.files.write_whole`); a script is made executable."""
+    from ..output.files import write_whole
+
+    write_whole("--output", path, text, executable=text.startswith("#!"))
 
 
 def _opt(flag: str, help_text: str, panel: str = EXPORT, metavar: str = "TEXT"):

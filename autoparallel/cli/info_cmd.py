@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from enum import StrEnum
 from typing import Annotated
 
 import typer
 
+from ..output.files import strict_json
 from . import command
 from .render import fitted_table, make_console, stacked_table
 
@@ -90,4 +90,4 @@ def schema_command(
     """Print the JSON Schema of an input spec or of a JSON output."""
     from ..schema import schema_for
 
-    typer.echo(json.dumps(schema_for(what), indent=2))
+    typer.echo(strict_json(schema_for(what)))

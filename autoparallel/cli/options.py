@@ -222,6 +222,8 @@ LAYOUT_HELP = {
     "cp_comm": "Context-parallel form with cp > 1 [default: ring].",
     "cp_a2a": "With --cp-comm a2a+ring: ranks of each all-to-all group, a divisor of cp.",
     "ep": "Expert-parallel degree (MoE).",
+    "etp": "Expert tensor-parallel degree (Megatron --expert-tensor-parallel-size; etp x ep may "
+           "exceed dp: parallel folding) [default: tp].",
     "zero": "ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP).",
     "recompute": "Activation recomputation.",
     "sp": "Sequence parallelism [default: on when tp > 1].",
@@ -395,6 +397,8 @@ class SearchOptions:
     cp_a2a: _axis("All-to-all group sizes of the a2a+ring form to try, e.g. 2,4,8 "
                   "[default: every divisor of cp].") = None
     ep: _axis("Expert-parallel degrees to try (MoE).") = None
+    etp: _axis("Expert tensor-parallel degrees to try, e.g. 1,2,4 [default: 1 and tp; etp x ep "
+               "may exceed dp: parallel folding].") = None
     zero: _axis("ZeRO stages to try, e.g. 1,3.") = None
     recompute: _axis("Recomputation to try: none, selective, full.") = None
     sp: _axis("Sequence parallelism: on, off or both.", "on|off|both") = None
@@ -412,7 +416,7 @@ class SearchOptions:
     optimizer_offload: _axis("Optimizer-state offload shares to try, e.g. 0,0.5,1.") = None
     offload: _flag("Search activation and optimizer offload too.", LAYOUT) = False
     allow_tp_across_nodes: _flag("Let TP groups span nodes.") = False
-    ep_in_node: _flag("Require tp x ep inside one node.") = False
+    ep_in_node: _flag("Require etp x ep inside one node.") = False
 
     def search_space(self):
         """The search space from the file and/or flags (flags narrow the file)."""
@@ -433,7 +437,7 @@ class SearchOptions:
                 raise SpecError(f"`--sp` = {self.sp!r}: choose on, off or both")
         ints = {a: parse_count_list(getattr(self, a), "--" + a.replace("_", "-"),
                                     low=0 if a == "zero" else 1)
-                for a in ("tp", "pp", "vp", "cp", "ep", "zero", "micro_batch")}
+                for a in ("tp", "pp", "vp", "cp", "ep", "etp", "zero", "micro_batch")}
         return space.narrowed(recompute=rc, sp=sp_values, **ints, **self._pipeline(),
                               **self._extras())
 

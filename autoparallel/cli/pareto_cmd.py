@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 
 import typer
 
+from ..output.files import strict_json
 from ..errors import InfeasibleError
 from ..problem import with_gpu_count
 from ..search.explain import nothing_fits_message
@@ -36,7 +36,7 @@ def run_pareto(problem, space, rules, second, top, fmt, storage, study_name) -> 
         add_front_to_study(front, storage, study_name)
     points = front.points[:top] if second == "gpus" else front.points
     if fmt == Fmt.json:
-        typer.echo(json.dumps({"objective": ["time", second], "pareto": points}, indent=2))
+        typer.echo(strict_json({"objective": ["time", second], "pareto": points}))
         return
     if fmt == Fmt.csv:
         import pandas as pd

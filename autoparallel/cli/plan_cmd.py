@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 from contextlib import nullcontext
 from typing import Annotated, Optional
 
 import typer
 
+from ..output.files import strict_json
 from ..errors import InfeasibleError, SpecError
 from ..limits import MAX_KEEP, MAX_TOP, MAX_TOP_TABLE, check_int
 from . import command
@@ -223,7 +223,7 @@ def plan_command(
                       study_name=study, with_study=asked and keep > 0, target=target,
                       rank_by=rank_by)
     if fmt == Fmt.json:
-        typer.echo(json.dumps(result.to_json(), indent=2))
+        typer.echo(strict_json(result.to_json()))
     elif fmt == Fmt.csv:
         from ..output.frames import ranked_frame
 

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import SpecError
-from ..limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN
+from ..limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN, MAX_WORKERS, check_int
 from ..values import parse_count_list
 from . import command
 from .options import (OUTPUT, PROBLEM, SEARCH, JobOptions, RecomputeNumLayers, SearchOptions,
@@ -61,14 +61,21 @@ def sweep_command(
     target: Annotated[Optional[str], typer.Option(help="Keep only layouts this launcher can write.", rich_help_panel=SEARCH, metavar="NAME", show_default=False)] = None,
     recompute_num_layers: RecomputeNumLayers = None,
     output: Annotated[Optional[str], typer.Option("--output", help="CSV to write (resumed when it exists).", rich_help_panel=OUTPUT, metavar="FILE", show_default=False)] = None,
+    jobs: Annotated[Optional[int], typer.Option("--jobs", help="Worker processes (default: the cores available); the same CSV for any number.", rich_help_panel=SEARCH, metavar="N", show_default=False)] = None,
+    shard: Annotated[Optional[str], typer.Option("--shard", help="K/N: only the K-th of N runs of the grid (Slurm job arrays); the shards concatenate to the whole sweep.", rich_help_panel=SEARCH, metavar="K/N", show_default=False)] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="If another sweep writes --output, wait for it, then continue (default: refuse).", rich_help_panel=OUTPUT)] = False,
 ) -> None:
     """Plan a grid of problems into one CSV (one row per problem and ranked layout)."""
-    from ..search.sweep import SweepSpec, load_sweep_file, run_sweep
+    from ..search.sweep import SweepSpec, SweepStatus, load_sweep_file, parse_shard, run_sweep
+    from ..search.sweep_pool import available_cores
+    from .guard import interrupted
 
     job = job.for_target(target)
     if not output:
         raise SpecError("missing --output: a sweep writes a CSV (it resumes when the file exists)")
     check_output("--output", output)
+    jobs = available_cores() if jobs is None else check_int("--jobs", jobs, high=MAX_WORKERS)
+    shard_kn = parse_shard(shard)
     if sweep_file:
         spec, space = load_sweep_file(sweep_file)
     else:
@@ -99,16 +106,78 @@ def sweep_command(
 
         raise SpecError(format_validation_error(exc, "sweep")) from None
     rules = SearchOptions(allow_tp_across_nodes=allow_tp_across_nodes).rules()
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn)
+    status = SweepStatus(output)
+    of = f" of shard {shard}" if shard else ""
+    with SweepProgress() as bar:
+        try:
+            run_sweep(spec, space, output, rules=rules, progress=bar.update, jobs=jobs,
+                      shard=shard_kn, wait=wait, status=status, on_start=bar.start)
+        except KeyboardInterrupt:
+            bar.stop()
+            if status.stream:
+                kept = f"{status.written} of {status.problems} problems{of} were written to {output}"
+            elif not status.problems:
+                kept = (f"stopped before planning any problem; {output} holds what earlier runs "
+                        "wrote; rerun the same command to start")
+            else:
+                kept = (f"{status.kept} of {status.problems} problems{of} are in {output} "
+                        f"({status.written} planned this run); rerun the same command to resume")
+            interrupted(kept)
+            raise typer.Exit(130) from None
+    resumed = f"; resume: {status.resumed}" if status.resumed else ""
+    typer.echo(f"{status.written} problems planned, {status.skipped} already in {output} "
+               f"(of {status.problems}{of}){resumed}", err=True)
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), transient=False) as bar:
-        task = bar.add_task("sweep", total=None)
 
-        def progress(done, total, label):
-            bar.update(task, total=total, completed=done, description=label)
+class SweepProgress:
+    """A progress bar on stderr while the sweep runs (a terminal only; it leaves no line
+    behind): problems done, rate, time elapsed and left. Refreshed on each finished problem (no
+    refresh thread: the sweep forks its workers while it runs)."""
 
-        counts = run_sweep(spec, space, output, rules=rules, progress=progress)
-    typer.echo(f"{counts['written']} problems planned, {counts['skipped']} already in {output} "
-               f"(of {counts['problems']})", err=True)
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
+                            TextColumn("left"), TimeRemainingColumn(),
+                            console=Console(stderr=True), auto_refresh=False, transient=True)
+        self.task = None
+        self.t0 = 0.0
+        self.shown = self.bar.console.is_terminal
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self, status: SweepStatus) -> None:
+        import time
+
+        if not self.shown:
+            return
+        skipped = f" ({status.skipped} already done)" if status.skipped else ""
+        self.bar.start()
+        self.task = self.bar.add_task(f"sweep{skipped}", total=status.todo, rate="")
+        self.t0 = time.perf_counter()
+        self.bar.refresh()
+
+    def update(self, done: int, total: int, label: str) -> None:
+        import time
+
+        if self.task is None:
+            return
+        took = time.perf_counter() - self.t0
+        rate = f"{done / took:.2f} problems/s" if done and took > 0 else ""
+        self.bar.update(self.task, completed=done, total=total, rate=rate,
+                        description=label or self.bar.tasks[0].description)
+        self.bar.refresh()
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.bar.stop()
+            self.task = None

@@ -3,20 +3,19 @@ from the measurements (Optuna), and report measured vs predicted."""
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import threading
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 
+from ..output.files import strict_json
 from ..errors import SpecError
 from ..limits import MAX_TRIALS, MAX_WORKERS, check_int
 from ..values import parse_duration
 from . import command
+from .guard import interrupted
 from .options import (OUTPUT, Fmt, FormatOpt, ProblemOptions, SearchOptions, with_options)
 from .outputs import check_output
 
@@ -75,16 +74,6 @@ def print_result(res, console: Console) -> None:
         console.print(f"[dim]trial logs and configs: {res.workdir}[/dim]")
     if res.storage:
         console.print(f"[dim]browse: optuna-dashboard {res.storage}[/dim]")
-
-
-def _sigterm_interrupts() -> None:
-    """SIGTERM (a scheduler ending the job) stops the workers like Ctrl-C: running commands are
-    killed and their trials left to the heartbeat check, which retries them."""
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, handler)
 
 
 @command("tune")
@@ -157,30 +146,31 @@ def tune_command(
         workdir=Path(workdir) if workdir else None, keep_workdir=keep_workdir,
         env=dict(os.environ),
     )
-    _sigterm_interrupts()
-    try:
+    try:  # Ctrl-C and SIGTERM (a scheduler ending the job) arrive as KeyboardInterrupt (cli/guard.py)
         result = tune(config, candidates=candidates, space=sp_space, rules=rules,
                       calibrate=calibrate or profile_out is not None,
                       log=lambda s: err.print(f"[dim]{s}[/dim]", soft_wrap=True))
     except KeyboardInterrupt:
-        err.print("interrupted: running measurements were stopped; with a database storage their "
-                  f"trials are retried by the next worker or rerun after {grace_s:g} s")
+        interrupted("running measurements were stopped; "
+                    + (f"their trials are retried by the next worker or after {grace_s:g} s; "
+                       "rerun the same command to resume the study" if storage else
+                       "the study was in memory, so nothing was kept (use --storage to resume)"))
         raise typer.Exit(130) from None
     if profile_out and result.calibration is not None:
         write_profile(profile_out, result.calibration, problem, result.study_name)
         err.print(f"profile written to {profile_out}")
     if fmt == Fmt.json:
-        typer.echo(json.dumps(result.to_json(), indent=2))
+        typer.echo(strict_json(result.to_json()))
     else:
         from .render import make_console
 
         print_result(result, make_console())
-    if result.rows and result.best is None:
-        err.print(no_success_message(result.rows, result.workdir))
-        raise typer.Exit(1)
     if result.calibration_refused:
         err.print(f"error: {'--profile-out ' + profile_out + ' not written: ' if profile_out else ''}"
                   f"calibration refused: {result.calibration_refused}")
+    if result.rows and result.best is None:
+        err.print(no_success_message(result.rows, result.workdir))
+    if result.calibration_refused or (result.rows and result.best is None):
         raise typer.Exit(1)
 
 
@@ -209,7 +199,10 @@ def no_success_message(rows, workdir: str | None = None) -> str:
     where = (f"in {workdir}" if workdir else
              "(rerun with --keep-workdir or --workdir DIR to keep them)")
     first = rows[0].number if rows else 0
-    return ("error: no trial succeeded, so nothing was measured: " + "; ".join(parts)
-            + f". Each trial's output.log is {where} (e.g. trial-{first:05d}-*/output.log); a "
+    hint = (f" Each trial's output.log is {where} (e.g. trial-{first:05d}-*/output.log); a "
             "multi-node --measure command must start every node (e.g. srun inside an "
             "allocation), not one host.")
+    if set(kinds) - {"waiting", "running"} == {"implausible"}:
+        hint = (" Check that --metric-regex captures the step time in seconds (a group named "
+                "ms for milliseconds) and nothing else.")
+    return "error: no trial succeeded, so nothing was measured: " + "; ".join(parts) + "." + hint

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-from pathlib import Path
 from typing import Annotated, Optional
 
 import numpy as np
@@ -16,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..errors import SpecError
+from ..output.files import write_whole
 from . import command
 from .options import OUTPUT
 from .outputs import check_output, working
@@ -231,7 +231,7 @@ def validate_command(
                   "- 1); in-sample where the run's stack profile was fitted on this file's runs; "
                   "out-of-sample figures: benchmarks/validate.py (leave-one-source-out)")
     if output:
-        pred.to_csv(output, index=False)
+        write_whole("--output", output, pred.to_csv(index=False))
         console.print(f"per-run report -> {output}")
     if (memory_runs or "").lower() != "none":
         _memory_report(console, memory_runs,
@@ -326,6 +326,6 @@ def calibrate_command(
         extra = {"loso_median_abs_err": float(overall["median_abs_err"]),
                  "loso_p90_abs_err": float(overall["p90_abs_err"]),
                  "loso_bias": float(overall["bias"])}
-    Path(output).write_text(toml_text(result, grp, runs, sources, extra, stack=stack_name),
-                            encoding="utf-8")
+    write_whole("--output", output, toml_text(result, grp, runs, sources, extra,
+                                              stack=stack_name))
     console.print(f"profile -> {output} (use: autoparallel estimate ... --profile {output})")

@@ -20,6 +20,12 @@ class Arch:
     n_layers: int
     n_dense_layers: int
     n_moe_layers: int
+    moe_layer_step: int
+    """Every this-th layer after the leading dense ones is MoE (1: all of them)."""
+    n_lead_dense: int
+    """Leading dense layers (DeepSeek `first_k_dense_replace`), before any MoE layer."""
+    n_mtp: int
+    """Multi-token-prediction modules (each a block of the last kind plus an output pass)."""
     hidden: int
     vocab: int
     n_heads: int
@@ -38,6 +44,10 @@ class Arch:
     expert_ffn: int
     n_shared: int
     shared_ffn: int
+    n_groups: int
+    """Expert groups of group-limited routing (0: none)."""
+    topk_groups: int
+    """Groups a token's experts come from (0: no limit)."""
     """Summed FFN width of the shared experts of one MoE layer."""
     window: int
     """Sliding attention window in tokens (0: none)."""
@@ -88,9 +98,7 @@ class Arch:
     act_mlp_shard: float
     act_moe_rep: float
     act_moe_shard: float
-    act_moe_gathered: float
-    """MoE bytes per token held whole on every TP rank: the routed copies' expert FC1 input,
-    all-gathered across the expert-TP group after the all-to-all (`build_arch`)."""
+    """Shared experts' bytes per token, TP-sharded (the routed copies: `cost.moe_memory`)."""
 
     # ------------------------------------------------------------------ parameters
     @property
@@ -125,8 +133,27 @@ class Arch:
         return self.n_params - inactive
 
     def param_counts(self) -> dict[str, int]:
-        """`{"total": ..., "active": ...}` parameter counts, as the JSON outputs carry them."""
+        """`{"total": ..., "active": ...}` parameter counts, as the JSON outputs carry them (the
+        main model: a model card's count leaves the multi-token-prediction modules out)."""
         return {"total": round(self.n_params), "active": round(self.n_params_active)}
+
+    @property
+    def mtp_block_params(self) -> float:
+        """Parameters of one multi-token-prediction module besides the shared embedding and
+        output head: a block of the last layer kind, the 2h -> h projection and two norms
+        (DeepSeek-V3 report §2.2: M_k, RMSNorms, transformer block T_k)."""
+        block = self.moe_layer_params if self.n_moe_layers else self.dense_layer_params
+        return block + 2.0 * self.hidden * self.hidden + 2.0 * self.hidden
+
+    def _mtp_gemm_params_per_token(self) -> float:
+        if not self.n_mtp:
+            return 0.0
+        attn = self.attn_params
+        if self.n_moe_layers:
+            block = attn + self.top_k * self.p_routed / self.n_experts + self.p_shared
+        else:
+            block = attn + self.p_mlp
+        return self.n_mtp * (block + 2.0 * self.hidden * self.hidden + self.hidden * self.vocab)
 
     # ------------------------------------------------------------------ FLOPs
     @property
@@ -158,14 +185,18 @@ class Arch:
     def model_flops_per_sequence(self, seq_len: int) -> float:
         """Training FLOPs (forward + backward = 3x forward) for one sequence, Megatron's causal
         convention (reference §2.1): 6 * tokens * (GEMM weights + logits) + 3 * s^2 * L * n_h(d_qk+d_v),
-        the attention term scaled by `attn_pair_fraction` for sliding-window layers. With
-        `n_params` the GEMM part is the seed's 6 N per token exactly (`gemm_share`), and the
-        attention term is added only where the model says so (`attention_flops`)."""
+        the attention term scaled by `attn_pair_fraction` for sliding-window layers; with
+        multi-token prediction each module adds its block, projection and logits (Megatron-LM
+        `num_floating_point_operations` counts `mtp_num_layers`). With `n_params` the GEMM part
+        is the seed's 6 N per token exactly (`gemm_share`), and the attention term is added only
+        where the model says so (`attention_flops`)."""
         s = float(seq_len)
-        gemm = 6.0 * s * (self.gemm_params_per_token() + self.hidden * self.vocab)
+        gemm = 6.0 * s * (self.gemm_params_per_token() + self.hidden * self.vocab
+                          + self._mtp_gemm_params_per_token())
         if not self.attention_flops:
             return gemm
-        attn = 3.0 * s * s * self.n_layers * self.attn_score_width * self.attn_pair_fraction(seq_len)
+        layers = self.n_layers + self.n_mtp  # Megatron counts the MTP blocks (mtp_num_layers)
+        attn = 3.0 * s * s * layers * self.attn_score_width * self.attn_pair_fraction(seq_len)
         return gemm + attn
 
 
@@ -202,8 +233,10 @@ def build_arch(model: ModelSpec) -> Arch:
         kv_heads = g
 
     moe = model.moe
-    n_dense = L if moe is None else moe.n_dense_layers
-    n_moe = L - n_dense
+    lead = L if moe is None else moe.n_dense_layers
+    step = 1 if moe is None else moe.layer_step
+    n_moe = (L - lead) // step  # layers lead + step - 1, lead + 2 step - 1, ... are MoE
+    n_dense = L - n_moe
     E = moe.n_experts if moe else 0
     k = moe.top_k if moe else 0
     f_e = moe.expert_ffn_hidden_size if moe else 0
@@ -220,16 +253,11 @@ def build_arch(model: ModelSpec) -> Arch:
     act_mlp_rep = (4 + delta) * h
     act_mlp_shard = c_f * model.ffn_hidden_size
     # MoE MLP (reference §3.5, derived): LN input 2h + router input 2h + mask + fp32 router
-    # probabilities 4E [replicated]; per routed copy: c_f f_e + combine input 2h, shared experts
-    # c_f f_e each [sharded]; and per routed copy the permuted expert FC1 input 2h [whole on every
-    # TP rank]: with expert-TP = TP (Megatron's default) the all-to-all dispatcher all-gathers the
-    # received tokens across the expert-TP group before the experts (Megatron-Core
-    # token_dispatcher.py, MoEAlltoAllTokenDispatcher: "A2A(EP) -> AG(TP)" in
-    # `dispatch_postprocess`, "RS(TP) -> A2A(EP)" in `combine_preprocess`), so each rank's
-    # experts take all k T routed copies of its TP group; without SP every rank holds them anyway.
+    # probabilities 4E [replicated]; shared experts c_f f_e each [sharded]. The routed copies
+    # (permuted expert input 2h + c_f f_e + combine input 2h each) are held per rank, by the
+    # expert grid (`cost.moe_memory.routed_activation_bytes`).
     act_moe_rep = (4 + delta) * h + 4.0 * E
-    act_moe_shard = k * (2.0 * h + c_f * f_e) + c_f * f_sh
-    act_moe_gathered = 2.0 * h * k
+    act_moe_shard = c_f * f_sh
 
     p_mlp = mu * h * model.ffn_hidden_size
     p_norm = 2.0 * h
@@ -254,6 +282,9 @@ def build_arch(model: ModelSpec) -> Arch:
         n_layers=L,
         n_dense_layers=n_dense,
         n_moe_layers=n_moe,
+        moe_layer_step=step,
+        n_lead_dense=lead,
+        n_mtp=model.mtp_layers,
         hidden=h,
         vocab=model.vocab_size,
         n_heads=a,
@@ -269,6 +300,8 @@ def build_arch(model: ModelSpec) -> Arch:
         expert_ffn=f_e,
         n_shared=n_sh,
         shared_ffn=f_sh,
+        n_groups=(moe.n_groups or 0) if moe else 0,
+        topk_groups=(moe.topk_groups or 0) if moe else 0,
         window=model.sliding_window or 0,
         n_window_layers=model.sliding_layers,
         p_attn_q=float(p_q),
@@ -294,5 +327,4 @@ def build_arch(model: ModelSpec) -> Arch:
         act_mlp_shard=float(act_mlp_shard),
         act_moe_rep=float(act_moe_rep),
         act_moe_shard=float(act_moe_shard),
-        act_moe_gathered=float(act_moe_gathered),
     )

@@ -51,6 +51,7 @@ from .arch import Arch
 from .comm import Collective, collective_time
 from .compute import ATTN_BWD
 from .network import sizes as tier_sizes
+from .overlap import hidden_cost as _hidden_cost
 
 RING, A2A, ALLGATHER, A2A_RING = (CP_COMM_CODES[f] for f in CpComm)
 """Form codes of the layout table's `cc` column."""
@@ -103,8 +104,6 @@ def cp_layer_time(problem: Problem, arch: Arch, t: LayoutTable, attn_f, full) ->
     """Seconds of CP communication one layer adds per micro-batch on one GPU, forward, backward
     and (`full`: share of layers fully recomputed) the recomputed forward, with `attn_f` the
     rank's forward attention seconds (1/c of the layer's, `cost.time._layer_forward`)."""
-    from .time import _hidden_cost  # the one overlap rule (cost.time imports this module)
-
     prof = problem.profile
     cc, cp = t["cc"], t["cp"].astype(np.float64)
     T = t["mb"] * problem.training.seq_len / cp

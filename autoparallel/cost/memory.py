@@ -4,7 +4,8 @@ Model states follow the seed and ZeRO (Rajbhandari et al., arXiv 1910.02054, Sec
 16 bytes/parameter (bf16 param 2 + grad 2 + fp32 master/m/v 12), 18 with fp32 grads (Megatron,
 reference §1.2); ZeRO-1 shards the 12, ZeRO-2 also the grads, ZeRO-3 also the params, over the
 data-parallel group DP x CP (Megatron's distributed optimizer shards over DP x CP, reference §1.2
-caveat i); expert parameters shard over the expert-data-parallel group DP x CP / EP.
+caveat i); expert parameters shard over ETP x EP and their states over the expert-data-parallel
+group EDP = TP x CP x DP / (ETP x EP) (MoE Parallel Folding, arXiv 2504.14960).
 Activations follow Korthikanti et al. (arXiv 2205.05198) generalised in reference §3.4.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..layouts import LayoutTable
+from ..layouts import LayoutTable, edp
 from ..specs.precision import recipe
 from ..specs.problem import Problem
 from ..units import GiB
@@ -20,6 +21,7 @@ from .arch import Arch
 from .context import cp_buffer_bytes
 from .model_code import model_code
 from .device_memory import outside_allocator_bytes, reserved_bytes, workspace_bytes
+from .moe_memory import dispatch_buffer_bytes, routed_activation_bytes
 from .offload import keeps_scores, offloaded_layers, selective_saved, uniform_groups
 from .stages import STAGES, Stage, micro_batches, stages
 
@@ -41,9 +43,11 @@ def stage_params(arch: Arch, t: LayoutTable, st: Stage) -> tuple[np.ndarray, np.
         # untied output layer on the last stage; tied weights need a copy there when pp > 1
         + st.output * np.where((t["pp"] > 1) & (arch.p_output == 0), arch.p_embed, arch.p_output) / tp
         + st.output * arch.p_final_norm
+        # multi-token prediction: each module's 2h -> h projection (TP-sharded) and two norms
+        + st.mtp * (2.0 * arch.hidden * arch.hidden / tp + 2.0 * arch.hidden)
     )
-    # routed experts: EP splits the experts, expert-TP (= tp, Megatron's default) splits each one
-    expert = st.n_moe * arch.p_routed / (t["ep"] * tp)
+    # routed experts: EP splits the experts, expert-TP (`etp`, Megatron's default tp) each one
+    expert = st.n_moe * arch.p_routed / (t["ep"] * t["etp"])
     # DualPipe keeps a second copy of the rank's stages (DeepSeek-V3 report Table 2: 2x parameters)
     return dense * st.copies, expert * st.copies
 
@@ -65,9 +69,9 @@ def layer_activation_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bo
     Low precision (`low_precision` and a stack that saves quantised inputs, e.g. Transformer
     Engine): the inputs of the linear layers are kept in the recipe's element size instead of
     2 bytes: QKV and FC1 inputs 2h + 2h (replicated without SP), output-projection input 2 n_h d_v
-    and FC2 input 2f per token (TP-sharded); for MoE layers the routed tokens' expert inputs
-    k (2h + 2f_e) (the FC1 inputs whole on each TP rank, `Arch.act_moe_gathered`) and the shared
-    experts' FC2 inputs.
+    and FC2 input 2f per token (TP-sharded); for MoE layers the shared experts' FC2 inputs. The
+    routed experts' tensors are per rank, with expert TP and the routing's imbalance
+    (`cost.moe_memory.routed_activation_bytes`).
     """
     s, b = problem.training.seq_len, t["mb"].astype(np.float64)
     tp, cp = t["tp"].astype(np.float64), t["cp"].astype(np.float64)
@@ -87,21 +91,19 @@ def layer_activation_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bo
     shard = arch.act_attn_qo + (arch.act_moe_shard if moe else arch.act_mlp_shard) \
         + code.rope_extra * q_w + (code.glu_extra_f * glu_f if gated else 0.0)
     kv = arch.act_attn_kv + code.rope_extra * k_w
-    whole = arch.act_moe_gathered if moe else 0.0  # expert FC1 input, gathered over expert-TP
-    stored = tokens * (rep / rep_div + shard / tp + kv / kv_div + whole)
+    stored = tokens * (rep / rep_div + shard / tp + kv / kv_div)
     rec = recipe(problem.training.precision)
-    if low_precision and rec.low and problem.stack.low_precision_activations:
+    quantised = low_precision and rec.low and problem.stack.low_precision_activations
+    if moe:  # the routed experts' tensors, per rank (`cost.moe_memory`: expert TP, imbalance)
+        stored = stored + routed_activation_bytes(problem, arch, t, low_precision=quantised)
+    if quantised:
         h = arch.hidden
         lin_rep = 4.0 * h
-        lin_whole = 0.0
-        if moe:
-            lin_shard = 2.0 * arch.p_attn_out / h + arch.top_k * 2.0 * arch.expert_ffn \
-                + arch.n_shared * 2.0 * arch.expert_ffn
-            lin_whole = arch.top_k * 2.0 * h  # the gathered expert FC1 inputs
+        if moe:  # attention output projection, shared experts' FC2 inputs
+            lin_shard = 2.0 * arch.p_attn_out / h + 2.0 * arch.shared_ffn
         else:
             lin_shard = 2.0 * arch.p_attn_out / h + 2.0 * arch.p_mlp / (h * (arch.mlp_up + 1))
-        saved = (1.0 - rec.element_bytes / 2.0) * tokens * (
-            lin_rep / rep_div + lin_shard / tp + lin_whole)
+        saved = (1.0 - rec.element_bytes / 2.0) * tokens * (lin_rep / rep_div + lin_shard / tp)
         stored = stored - saved
     if problem.training.attention == "eager":
         score_coef = 5.0 if arch.dropout else 2.0  # softmax out 2 + mask 1 + dropout out 2 (ref §3.1)
@@ -150,7 +152,7 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
     tp, cp, dp = (t[k].astype(np.float64) for k in ("tp", "cp", "dp"))
     zero = t["zero"]
     d = dp * cp
-    d_e = d / t["ep"]
+    d_e = edp(t)
     dense, expert = stage_params(arch, t, st)
 
     def sharded(n_bytes: float, stage_from: int) -> np.ndarray:
@@ -210,7 +212,8 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
     # fp32 4sbV / t for a vocab-parallel cross-entropy (reference §1.3 / §3.1), more where the
     # model code upcasts and copies them (`cost.model_code`: 6-12 bytes per entry).
     loss_bytes = model_code(tr.model_code, compiled=tr.torch_compile).loss_bytes_per_vocab
-    logits = st.output * tokens * (4.0 * arch.hidden / rep_div + loss_bytes * arch.vocab / tp)
+    logits = (st.output + st.mtp) * tokens * (4.0 * arch.hidden / rep_div
+                                              + loss_bytes * arch.vocab / tp)
 
     # ZeRO-3 / FSDP gathers one unit (a layer, or the embedding) in bf16 and prefetches the next
     # (reference §1.6: ~2 x 2 bytes x unit); the rank's own 1/d shard is already counted, and a
@@ -307,7 +310,9 @@ def memory_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.
     NCCL memory: `cost.device_memory`); with an explicit `usable_fraction`, the allocated peak
     against capacity x usable_fraction (the seed's rule)."""
     sts = stages(arch, t, problem.training.global_batch)
-    outside = outside_allocator_bytes(t, tied_embeddings=arch.tied)
+    # outside PyTorch's allocator: CUDA context, NCCL, and DeepEP's own buffers (`cost.moe_memory`)
+    outside = outside_allocator_bytes(t, tied_embeddings=arch.tied) \
+        + dispatch_buffer_bytes(problem, arch, t)
     per_stage = [stage_memory(problem, arch, t, sts[name]) for name in STAGES]
     out: dict[str, np.ndarray] = {}
     for name, items in zip(STAGES, per_stage):

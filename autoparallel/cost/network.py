@@ -103,7 +103,8 @@ def sizes(problem: Problem) -> tuple[float, ...]:
     return tuple(eff)
 
 
-TIER_GROUPS = {"tp": "TP", "cp": "CP", "dpcp": "DP", "ep": "EP", "edp": "expert DP", "pp": "PP"}
+TIER_GROUPS = {"tp": "TP", "cp": "CP", "dpcp": "DP", "etp": "expert TP", "ep": "EP",
+               "edp": "expert DP", "pp": "PP"}
 """Group kinds of `placement.layout_groups` and how outputs name them."""
 
 

@@ -13,9 +13,9 @@ term; reference §3.4), and re-runs its forward in the backward:
 - mlp (dense layers): everything inside the MLP, c_f sbf/t (SwiGLU 6, GeLU 4: the FC1 output and
   the FC2 input), keeping its input; re-run: FC1 and FC2 and the activation;
 - moe_act (MoE layers): the routed experts' FC2 inputs, k 2sbf_e/t; re-run: the activation;
-- moe (MoE layers): the router probabilities 4sbE, the routed copies' k(4h + c_f f_e) (their
-  FC1 inputs 2h whole on each TP rank, `Arch.act_moe_gathered`) and the shared experts'
-  c_f f_sh; re-run: router, experts and the dispatch/combine all-to-alls;
+- moe (MoE layers): the router probabilities 4sbE, the routed copies held per rank
+  (`cost.moe_memory.routed_activation_bytes`: expert TP keeps the FC1 inputs 2h whole) and the
+  shared experts' c_f f_sh; re-run: router, experts and the dispatch/combine all-to-alls;
 - shared_experts (MoE layers): the shared experts' c_f f_sh; re-run: their GEMMs;
 - mla_up_proj (MLA): the up-projected Q, K and V (2 n_h d_qk + 2 n_h (d_qk + d_v)); re-run: the
   up-projection GEMMs.
@@ -96,16 +96,13 @@ def module_saved_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bool) 
         coef = 5.0 if arch.dropout else 2.0
         out["core_attn"] = coef * b * (arch.n_heads / tp) * (s / cp) * s
     if moe:
-        f_e = arch.expert_ffn
-        shared_lin = arch.n_shared * 2.0 * f_e
-        shared = arch.act_coef * arch.shared_ffn - (1.0 - lin) * shared_lin
-        routed = arch.top_k * (2.0 * h + arch.act_coef * f_e) \
-            - (1.0 - lin) * arch.top_k * 2.0 * f_e
-        gathered = lin * arch.act_moe_gathered  # expert FC1 inputs, whole on each TP rank
-        out["moe_act"] = tokens * lin * arch.top_k * 2.0 * f_e / tp
+        from .moe_memory import moe_act_bytes, routed_activation_bytes  # per rank
+
+        shared = arch.act_coef * arch.shared_ffn - (1.0 - lin) * 2.0 * arch.shared_ffn
+        routed = routed_activation_bytes(problem, arch, t, low_precision=lin < 1.0)
+        out["moe_act"] = moe_act_bytes(problem, arch, t)
         out["shared_experts"] = tokens * shared / tp
-        out["moe"] = tokens * ((routed + shared) / tp + gathered
-                               + 4.0 * arch.n_experts / rep_div)
+        out["moe"] = routed + tokens * (shared / tp + 4.0 * arch.n_experts / rep_div)
         out["mlp"] = zero
     else:
         f = arch.p_mlp / (h * (arch.mlp_up + 1))
@@ -150,7 +147,7 @@ def selective_recompute_time(problem: Problem, arch: Arch, t: LayoutTable, moe: 
     rc != 1); `attn` is the layer's core-attention forward (core_attn)."""
     s = problem.training.seq_len
     T = t["mb"].astype(np.float64) * s / t["cp"]
-    tp, ep = t["tp"].astype(np.float64), t["ep"].astype(np.float64)
+    tp = t["tp"].astype(np.float64)
     h = arch.hidden
     kv_div = np.minimum(tp, arch.n_kv_heads)
     per = module_saved_bytes(problem, arch, t, moe)
@@ -159,11 +156,9 @@ def selective_recompute_time(problem: Problem, arch: Arch, t: LayoutTable, moe: 
     out = np.where(_has(t, RecomputeModule.CORE_ATTN), attn, 0.0)
     out = out + np.where(_has(t, RecomputeModule.LAYERNORM), elem(per["layernorm"]), 0.0)
     if moe:
-        E, k = arch.n_experts, arch.top_k
-        local = E / ep
-        per_expert = T * k * ep / E
-        experts = linear_time(problem, per_expert, arch.mlp_up * arch.expert_ffn / tp, h, local) \
-            + linear_time(problem, per_expert, h, arch.expert_ffn / tp, local)
+        from .moe_layer import expert_gemms  # the MoE block's own grouped GEMMs
+
+        experts = expert_gemms(problem, arch, t)
         shared = 0.0
         if arch.shared_ffn:
             f_s = arch.shared_ffn

@@ -44,6 +44,9 @@ class Stage:
     DeepSeek-V3 report Table 2), else 1."""
     recomputed: np.ndarray | float = 0.0
     """Share of the stage's layers fully recomputed (`recomputed_share`)."""
+    mtp: np.ndarray | float = 0.0
+    """Multi-token-prediction modules the stage runs (the last stage: `Arch.n_mtp`), each counted
+    among its layers (`n_moe` or `n_dense`) and as one more pass through the output head."""
 
 
 def recomputed_share(t: LayoutTable, layers) -> np.ndarray:
@@ -112,10 +115,18 @@ def stages(arch: Arch, t: LayoutTable, global_batch: int) -> dict[str, Stage]:
     sch = t["sch"]
     m = micro_batches(global_batch, t).astype(np.float64)
     first, mid, last, before_last = stage_layer_counts(arch.n_layers, t)
-    nd = float(arch.n_dense_layers)
-    dense_first = np.minimum(nd, first)
-    dense_last = np.clip(nd - before_last, 0, last)
-    dense_mid = np.where(pp > 2, np.clip(nd - first, 0, mid), dense_first)
+
+    def moe_upto(x):
+        """MoE layers among the first x: after the leading dense ones, every `moe_layer_step`-th
+        (Llama-4 `interleave_moe_layer_step`; 1 for DeepSeek, Qwen3, Mixtral)."""
+        if not arch.n_moe_layers:
+            return np.zeros_like(np.asarray(x, dtype=np.float64))
+        return np.floor(np.maximum(np.asarray(x, dtype=np.float64) - arch.n_lead_dense, 0.0)
+                        / arch.moe_layer_step + 1e-9)
+
+    dense_first = first - moe_upto(first)
+    dense_last = last - (moe_upto(before_last + last) - moe_upto(before_last))
+    dense_mid = np.where(pp > 2, mid - (moe_upto(first + mid) - moe_upto(first)), dense_first)
     single = pp == 1
     one = np.ones_like(pp)
     zero = np.zeros_like(pp)
@@ -123,6 +134,10 @@ def stages(arch: Arch, t: LayoutTable, global_batch: int) -> dict[str, Stage]:
     held_last = _held(pp, vp, m, pp - 1, sch)
     held_mid = np.where(pp > 2, _held(pp, vp, m, 1, sch), held_first)  # most-loaded middle rank
     copies = np.where(sch == 4, 2.0, 1.0) if np.any(sch == 4) else 1.0
+    # multi-token prediction: its blocks (of the model's last layer kind) on the last stage
+    # (Megatron-Core places `mtp` after the decoder layers; DeepSeek-V3 report §3.2.1)
+    mtp_moe = float(arch.n_mtp) if arch.n_moe_layers else 0.0
+    mtp_dense = float(arch.n_mtp) - mtp_moe
     return {
         "first": Stage("first", dense_first, first - dense_first, one,
                        np.where(single, one, zero), held_first, held_first, copies,
@@ -130,6 +145,7 @@ def stages(arch: Arch, t: LayoutTable, global_batch: int) -> dict[str, Stage]:
         "middle": Stage("middle", dense_mid, mid - dense_mid, np.where(single, one, zero),
                         np.where(single, one, zero), held_mid, np.where(single, one, zero), copies,
                         recomputed_share(t, mid)),
-        "last": Stage("last", dense_last, last - dense_last, np.where(single, one, zero), one,
-                      held_last, np.where(single, one, zero), copies, recomputed_share(t, last)),
+        "last": Stage("last", dense_last + mtp_dense, last - dense_last + mtp_moe,
+                      np.where(single, one, zero), one, held_last, np.where(single, one, zero),
+                      copies, recomputed_share(t, last), mtp=float(arch.n_mtp)),
     }

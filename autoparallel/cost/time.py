@@ -14,35 +14,40 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..layouts import LayoutTable
+from ..layouts import LayoutTable, edp
 from ..placement import group, layout_groups
 from ..specs.precision import recipe
 from ..specs.problem import Problem
 from ..units import MS
 from .arch import Arch
 from .comm import Collective, collective_time, nic_seconds
-from .network import sizes as tier_sizes
 from .compute import attention_time, gemm_time, linear_time, memory_bound_time
 from .context import cp_layer_time
+from .moe_dispatch import dispatch_time
+from .moe_layer import exposed_dispatch, hidden_dispatch_nic, moe_ffn
+from .network import sizes as tier_sizes
 from .memory import layer_activation_bytes, stage_params
+from .overlap import exposed_share as _exposed_share
+from .overlap import hidden_cost as _hidden_cost
 from .offload import (activation_offload_time, moe_recomputed, offloaded_layers,
                       optimizer_offload_time, selective_recompute_time)
 from .stages import micro_batches, stages
 
 TIME_ITEMS = (
     "compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble",
-    "optimizer", "offload",
+    "optimizer", "offload", "host",
 )
 ADAM_BYTES = 26.0  # per parameter: fp32 master r+w 8, m r+w 8, v r+w 8, bf16 param write 2; + grad read
 DDP_BUCKET_PARAMS = 4e7  # Megatron DDP bucket, max(4e7, 1e6 * dp * cp) parameters (reference §0)
 
 
-def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
-    """(gemm, attention, elementwise) forward seconds of one layer, one micro-batch, one GPU,
-    and the attention's backward seconds."""
+def _attention_forward(problem: Problem, arch: Arch, t: LayoutTable):
+    """(GEMM, core attention, core attention backward) seconds of a layer's attention block, one
+    micro-batch, one GPU: QKV (or MLA) and output projections, split by TP, and the fused
+    attention kernel forward and backward."""
     s = problem.training.seq_len
     b = t["mb"].astype(np.float64)
-    tp, cp, ep = (t[k].astype(np.float64) for k in ("tp", "cp", "ep"))
+    tp, cp = t["tp"].astype(np.float64), t["cp"].astype(np.float64)
     h = arch.hidden
     T = b * s / cp  # tokens through each GEMM (SP all-gathers the TP shards first)
     kv_div = np.minimum(tp, arch.n_kv_heads)
@@ -50,21 +55,6 @@ def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
     in_proj = (arch.p_attn_q - arch.p_attn_out) / tp + arch.p_attn_kv / kv_div + arch.p_attn_rep
     gemm = linear_time(problem, T, share * in_proj / h, h)  # QKV (or MLA) projections
     gemm = gemm + linear_time(problem, T, h, share * arch.p_attn_out / h / tp)  # output projection
-    if moe:
-        E, k = arch.n_experts, arch.top_k
-        per_expert = T * k * ep / E  # balanced routing: tokens each local expert receives
-        local = E / ep
-        gemm = gemm + gemm_time(problem, T, E, h)  # router
-        gemm = gemm + linear_time(problem, per_expert, arch.mlp_up * arch.expert_ffn / tp, h, local)
-        gemm = gemm + linear_time(problem, per_expert, h, arch.expert_ffn / tp, local)
-        if arch.shared_ffn:
-            f_s = arch.shared_ffn
-            gemm = gemm + linear_time(problem, T, arch.mlp_up * f_s / tp, h)
-            gemm = gemm + linear_time(problem, T, h, f_s / tp)
-    else:
-        f = share * arch.p_mlp / (h * (arch.mlp_up + 1))  # = ffn, or its n_params equivalent
-        gemm = gemm + linear_time(problem, T, arch.mlp_up * f / tp, h)
-        gemm = gemm + linear_time(problem, T, h, f / tp)
     # causal core attention: b * s^2 * n_h (d_qk + d_v) forward FLOPs (reference §2.1), split by
     # TP (heads) and CP (load-balanced sequence chunks); sliding-window layers compute a fraction
     window = arch.attn_pair_fraction(problem.training.seq_len)
@@ -72,84 +62,90 @@ def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
     exps = b * s * s / 2.0 * arch.n_heads * window / (tp * cp)  # one per causal score
     attn = attention_time(problem, attn_flops, exps)
     attn_bwd = attention_time(problem, attn_flops, exps, backward=True)
-    # elementwise kernels write and re-read what the layer stores (reference §3.4 accounting); the
-    # stack's fitted `elementwise_factor` already covers how fused its kernels are, so the
-    # model-code extras (cost.model_code) are memory-only here
+    return gemm, attn, attn_bwd
+
+
+def _dense_mlp_forward(problem: Problem, arch: Arch, t: LayoutTable) -> np.ndarray:
+    """Forward GEMM seconds of a dense MLP, split by TP."""
+    h = arch.hidden
+    T = t["mb"].astype(np.float64) * problem.training.seq_len / t["cp"]
+    tp = t["tp"].astype(np.float64)
+    f = arch.gemm_share * arch.p_mlp / (h * (arch.mlp_up + 1))  # = ffn, or its n_params equivalent
+    return linear_time(problem, T, arch.mlp_up * f / tp, h) + linear_time(problem, T, h, f / tp)
+
+
+def _elementwise(problem: Problem, arch: Arch, t: LayoutTable, moe: bool) -> np.ndarray:
+    """Elementwise kernels write and re-read what the layer stores (reference §3.4 accounting);
+    the stack's fitted `elementwise_factor` covers how fused its kernels are, so the model-code
+    extras (cost.model_code) are memory-only."""
     stored = layer_activation_bytes(problem, arch, t, moe, recompute=np.zeros_like(t["rc"]),
                                     low_precision=False, code_extras=False)
-    elem = memory_bound_time(problem, 2.0 * problem.profile.elementwise_factor * stored)
-    return gemm, attn, elem, attn_bwd
+    return memory_bound_time(problem, 2.0 * problem.profile.elementwise_factor * stored)
 
 
-def _tp_comm_layer(problem: Problem, t: LayoutTable, grp, arch: Arch,
-                   moe: bool = False) -> np.ndarray:
-    """Forward TP communication of one layer: 2 all-reduces (no SP) or 2 all-gathers plus 2
-    reduce-scatters (SP) of the s*b*h bf16 activation (reference §5.5; seed table), one pair for
-    the attention block and one for the MLP.
+def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
+    """(GEMM, core attention, elementwise) forward seconds of one layer of a kind, one
+    micro-batch, one GPU: the attention block plus a dense MLP, or the MoE block
+    (`cost.moe_layer.moe_ffn`; router, experts, shared experts, router scores)."""
+    gemm, attn, _ = _attention_forward(problem, arch, t)
+    if not moe:
+        return gemm + _dense_mlp_forward(problem, arch, t), attn, _elementwise(problem, arch, t, False)
+    ffn = moe_ffn(problem, arch, t, np.zeros(len(t)))
+    return gemm + ffn.gemm, attn, _elementwise(problem, arch, t, True) + ffn.elem
 
-    A MoE layer's MLP moves the k routed copies instead (expert-TP = TP, Megatron's default):
-    the all-to-all dispatcher all-gathers the tokens it received across the expert-TP group and
-    reduce-scatters the expert outputs before the combine (Megatron-Core token_dispatcher.py,
-    MoEAlltoAllTokenDispatcher `dispatch_postprocess` / `combine_preprocess`), k s b h bf16
-    bytes each (without SP: one all-reduce of them); shared experts add a dense MLP's pair
-    (Megatron-Core SharedExpertMLP gathers the SP input and reduce-scatters its output)."""
+
+def _tp_pair(problem: Problem, t: LayoutTable, grp, arch: Arch) -> np.ndarray:
+    """One block's forward TP communication: an all-reduce (no SP) or an all-gather plus a
+    reduce-scatter (SP) of the s*b*h bf16 activation (reference §5.5; seed table). A dense layer
+    has two such blocks (attention, MLP); an MoE layer's attention block one, its shared experts
+    another (Megatron-Core SharedExpertMLP gathers the SP input and reduce-scatters its output),
+    and the expert-TP all-gather / reduce-scatter of the k routed copies is the dispatcher's
+    (`cost.moe_dispatch`)."""
     T = t["mb"] * problem.training.seq_len / t["cp"]
     S = 2.0 * T * arch.hidden
-
-    def pair(nbytes):
-        ar = collective_time(problem, Collective.ALL_REDUCE, nbytes, grp)
-        ag_rs = collective_time(problem, Collective.ALL_GATHER, nbytes, grp) + collective_time(
-            problem, Collective.REDUCE_SCATTER, nbytes, grp)
-        return np.where(t["sp"] == 1, ag_rs, ar)
-
-    if not moe:
-        return 2.0 * pair(S)
-    shared = pair(S) if arch.shared_ffn else 0.0
-    return pair(S) + pair(arch.top_k * S) + shared
+    ar = collective_time(problem, Collective.ALL_REDUCE, S, grp)
+    ag_rs = collective_time(problem, Collective.ALL_GATHER, S, grp) + collective_time(
+        problem, Collective.REDUCE_SCATTER, S, grp)
+    return np.where(t["sp"] == 1, ag_rs, ar)
 
 
 def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[str, dict]:
-    """Per-micro-batch seconds of each stage: fwd, bwd, recompute, tp, cp, ep."""
+    """Per-micro-batch seconds of each stage: fwd, bwd, recompute, tp, cp, ep, host."""
     prof = problem.profile
     rc = t["rc"]
     tp, cp = t["tp"].astype(np.float64), t["cp"].astype(np.float64)
     T = t["mb"] * problem.training.seq_len / cp
     kv_div = np.minimum(tp, arch.n_kv_heads)
-    dense = _layer_forward(problem, arch, t, moe=False)
-    moe = _layer_forward(problem, arch, t, moe=True) if arch.n_moe_layers else dense
-
-    tp_fwd = {"dense": _tp_comm_layer(problem, t, groups["tp"], arch)}
-    tp_fwd["moe"] = _tp_comm_layer(problem, t, groups["tp"], arch, moe=True) \
-        if arch.n_moe_layers else tp_fwd["dense"]
+    pair = _tp_pair(problem, t, groups["tp"], arch)
+    attn_gemm, attn, attn_bwd = _attention_forward(problem, arch, t)
+    zero = np.zeros(len(t))
+    # each layer kind: (GEMM, core attention, elementwise, overlappable TP communication) forward,
+    # and the core attention's backward
+    kinds = {"dense": (attn_gemm + _dense_mlp_forward(problem, arch, t), attn,
+                       _elementwise(problem, arch, t, False), 2.0 * pair, attn_bwd)}
+    if arch.n_moe_layers:  # the MoE feed-forward block (`cost.moe_layer`, `cost.moe_dispatch`)
+        ffn = moe_ffn(problem, arch, t, pair)
+        kinds["moe"] = (attn_gemm + ffn.gemm, attn, _elementwise(problem, arch, t, True) + ffn.elem,
+                        pair + ffn.tp, attn_bwd)
+        dispatch = dispatch_time(problem, arch, t, groups)
+    else:
+        kinds["moe"] = kinds["dense"]
     overlapped = problem.training.tp_comm_overlap
 
-    def tp_layer(kind, gemm_f, full):
+    def tp_layer(tp_fwd, gemm_f, full):
         """TP seconds per layer and micro-batch: forward, backward, recomputed forward (`full`:
         share of layers fully recomputed). Exposed in full, or, with TP overlap, hidden behind
         the layer's GEMMs (forward 1x, backward 2x)."""
-        comm = tp_fwd[kind]
         if not overlapped:
-            return comm * (2.0 + full)
-        f = _hidden_cost(prof, comm, gemm_f)
-        return f * (1.0 + full) + _hidden_cost(prof, comm, 2.0 * gemm_f)
+            return tp_fwd * (2.0 + full)
+        f = _hidden_cost(prof, tp_fwd, gemm_f)
+        return f * (1.0 + full) + _hidden_cost(prof, tp_fwd, 2.0 * gemm_f)
 
     def cp_layer(attn_f, full):
         # the layout's context-parallel form: ring hops hidden behind blocks of attention,
         # Ulysses all-to-alls, the K, V all-gather or both levels of the hierarchy
         # (`cost.context`; reference §5.6)
         return cp_layer_time(problem, arch, t, attn_f, full)
-
-    a2a_bytes = 2.0 * arch.top_k * T / tp * arch.hidden
-    a2a = collective_time(problem, Collective.ALL_TO_ALL, a2a_bytes, groups["ep"])
-    # NIC time of one all-to-all, which the data-parallel reduction cannot use (`_dp_exposed`)
-    a2a_nic = nic_seconds(problem, Collective.ALL_TO_ALL, a2a_bytes, groups["ep"])
-    ep_share = _exposed_share(prof, prof.ep_overlap)
-    sch = t["sch"]
-    if np.any(sch >= 4):
-        # DualPipe(V) overlaps one micro-batch's all-to-all with another's compute (DeepSeek-V3
-        # report §3.2.1): the all-to-all is hidden, at the SMs it takes (`overlap_sm_fraction`)
-        ep_share = np.where(sch >= 4, prof.overlap_sm_fraction, ep_share)
-    ep_hidden = np.where(sch >= 4, 1.0, prof.ep_overlap)  # share of the all-to-alls hidden
 
     # output layer + vocab-parallel cross-entropy on the last stage
     V = arch.vocab
@@ -158,12 +154,16 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
     ce_bytes = 2.0 * (2.0 + 4.0) * T * V / tp
     logits_gemm = gemm_time(problem, T, V / tp, arch.hidden)
     logits_f = logits_gemm + memory_bound_time(problem, ce_bytes)
+    # multi-token prediction (last stage): per module one more output-head pass and its
+    # 2h -> h projection of [norm(h_i), norm(emb(t_i+k))] (DeepSeek-V3 report §2.2)
+    mtp_f = logits_f + linear_time(problem, T, arch.hidden / tp, 2.0 * arch.hidden) if arch.n_mtp else 0.0
 
     named = bool(np.any(t["rm"] > 0))
-    sel = {"dense": np.where(rc == 1, dense[1], 0.0), "moe": np.where(rc == 1, moe[1], 0.0)}
+    sel = {k: np.where(rc == 1, kinds[k][1], 0.0) for k in kinds}
+    moe_again = 0.0
     if named:  # named modules (`cost.offload`)
-        sel = {"dense": selective_recompute_time(problem, arch, t, False, dense[1]),
-               "moe": selective_recompute_time(problem, arch, t, True, moe[1])}
+        sel = {"dense": selective_recompute_time(problem, arch, t, False, kinds["dense"][1]),
+               "moe": selective_recompute_time(problem, arch, t, True, kinds["moe"][1])}
         moe_again = moe_recomputed(t)
     offload = bool(np.any(t["ao"] > 0))
     if offload:  # bytes each offloaded layer moves per micro-batch (`cost.offload`)
@@ -176,37 +176,47 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[st
         parts = {}
         if offload:
             n_off = dict(zip(("dense", "moe"), offloaded_layers(t, st.n_dense, st.n_moe)))
-        for kind, (gemm, attn, elem, attn_bwd), n in (("dense", dense, st.n_dense),
-                                                      ("moe", moe, st.n_moe)):
-            fwd = gemm + attn + elem
-            bwd = 2.0 * gemm + attn_bwd + 2.0 * elem
+        for kind, n in (("dense", st.n_dense), ("moe", st.n_moe)):
+            gemm, attn_k, elem, tp_fwd, attn_b = kinds[kind]
+            fwd = gemm + attn_k + elem
+            bwd = 2.0 * gemm + attn_b + 2.0 * elem
             parts[kind] = dict(
                 fwd=n * fwd,
                 bwd=n * bwd,
                 rec=n * np.where(rc == 2, st.recomputed * fwd, sel[kind]),
                 off=activation_offload_time(problem, moved[kind], fwd, bwd, n_off[kind])
                 if offload else 0.0,
-                cp=n * cp_layer(attn, st.recomputed),
-                tp=n * tp_layer(kind, gemm, st.recomputed),
+                cp=n * cp_layer(attn_k, st.recomputed),
+                tp=n * tp_layer(tp_fwd, gemm, st.recomputed),
                 # weight-gradient GEMMs: half the GEMM backward (one of its two GEMMs, = forward)
                 wgrad=n * gemm,
             )
+        ep, host, nic_fwd, nic_bwd = zero, zero, zero, zero
+        if arch.n_moe_layers:
+            again = st.recomputed + moe_again
+            layer_fwd = kinds["moe"][0] + attn
+            ep_exposed, etp_exposed = exposed_dispatch(problem, arch, t, dispatch, ffn,
+                                                       layer_fwd, again)
+            ep = st.n_moe * ep_exposed
+            # NIC time of the hidden dispatches, which the DP reduction cannot use (`_dp_exposed`)
+            nic_f, nic_b = hidden_dispatch_nic(problem, arch, t, dispatch, ffn, layer_fwd, again)
+            nic_fwd, nic_bwd = st.n_moe * nic_f, st.n_moe * nic_b
+            parts["moe"]["tp"] = parts["moe"]["tp"] + st.n_moe * etp_exposed
+            host = st.n_moe * ffn.host
+        heads = st.output * logits_f + st.mtp * mtp_f
         out[name] = dict(
-            fwd=parts["dense"]["fwd"] + parts["moe"]["fwd"] + st.output * logits_f,
-            bwd=parts["dense"]["bwd"] + parts["moe"]["bwd"] + st.output * 2.0 * logits_f,
+            fwd=parts["dense"]["fwd"] + parts["moe"]["fwd"] + heads,
+            bwd=parts["dense"]["bwd"] + parts["moe"]["bwd"] + 2.0 * heads,
             rec=parts["dense"]["rec"] + parts["moe"]["rec"],
             tp=parts["dense"]["tp"] + parts["moe"]["tp"],
             cp=parts["dense"]["cp"] + parts["moe"]["cp"],
-            ep=st.n_moe * (a2a * (4.0 + 2.0 * (st.recomputed + (moe_again if named else 0.0)))
-                           * ep_share),
+            ep=ep,
+            host=host,
             off=parts["dense"]["off"] + parts["moe"]["off"],
-            wgrad=parts["dense"]["wgrad"] + parts["moe"]["wgrad"] + st.output * logits_gemm,
-            # NIC time of the all-to-alls hidden behind compute per micro-batch (2 per MoE layer
-            # forward, 2 backward, +2 for a recomputed forward): the exposed ones run between
-            # compute kernels, the hidden ones share the NICs with the DP traffic
-            nic_fwd=st.n_moe * 2.0 * a2a_nic * ep_hidden,
-            nic_bwd=st.n_moe * (2.0 + 2.0 * (st.recomputed + (moe_again if named else 0.0)))
-            * a2a_nic * ep_hidden,
+            wgrad=parts["dense"]["wgrad"] + parts["moe"]["wgrad"]
+            + (st.output + st.mtp) * logits_gemm,
+            nic_fwd=nic_fwd,
+            nic_bwd=nic_bwd,
             stage=st,
         )
     return out
@@ -243,19 +253,6 @@ def pipeline_bubble(t: LayoutTable, tau, fwd, wgrad) -> np.ndarray:
     dualpipev = (pp - 1.0) / 2.0 * dual_unit
     return np.select([sch == 2, sch == 3, sch == 4, sch == 5],
                      [zb_h1, zbv, dualpipe, dualpipev], classic)
-
-
-def _exposed_share(prof, overlap: float) -> float:
-    """Cost of communication of which `overlap` is hidden: the exposed part plus the SMs the
-    hidden part takes from compute (`Profile.overlap_sm_fraction`)."""
-    return (1.0 - overlap) + overlap * prof.overlap_sm_fraction
-
-
-def _hidden_cost(prof, comm, window):
-    """Seconds `comm` adds when it may hide behind `window` of compute: what does not fit is
-    exposed, what fits still slows compute by the SM share NCCL takes."""
-    exposed = np.maximum(0.0, comm - window)
-    return exposed + prof.overlap_sm_fraction * (comm - exposed)
 
 
 def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bwd, m,
@@ -319,14 +316,14 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
     pp, vp = t["pp"].astype(np.float64), t["vp"].astype(np.float64)
     tp, sp = t["tp"].astype(np.float64), t["sp"] == 1
     per_stage = stage_times(problem, arch, t, groups)
-    tau = {k: v["fwd"] + v["bwd"] + v["rec"] + v["tp"] + v["cp"] + v["ep"] + v["off"]
+    tau = {k: v["fwd"] + v["bwd"] + v["rec"] + v["tp"] + v["cp"] + v["ep"] + v["off"] + v["host"]
            for k, v in per_stage.items()}
     tau_all = np.stack(list(tau.values()))
     tau_max = np.max(tau_all, axis=0)
 
     zero = t["zero"]
     d = (t["dp"] * t["cp"]).astype(np.float64)
-    d_e = d / t["ep"]
+    d_e = edp(t)
     gb = float(problem.training.grad_bytes)
     items_by_stage = []
     for name, v in per_stage.items():
@@ -344,6 +341,7 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
             compute=m * (v["fwd"] + v["bwd"]), recompute=m * v["rec"], tp_comm=m * v["tp"],
             cp_comm=m * v["cp"], ep_comm=m * v["ep"], dp_comm=dp,
             optimizer=opt + problem.profile.step_overhead_ms * MS, offload=off,
+            host=m * v["host"],
         ))
     busy = np.stack([sum(it.values()) for it in items_by_stage])
     pace = np.argmax(busy, axis=0)

@@ -61,8 +61,8 @@ def targets_for(problem: Problem, layout: Layout) -> list[str]:
 
 
 def check(target: str, problem: Problem, layout: Layout, version: str | None = None) -> list[str]:
-    """Reasons `target` (release `version` where it has several) cannot launch `layout` (empty
-    when it can)."""
+    """Reasons `target` (release `version`, default the current one) cannot launch `layout`
+    (empty when it can)."""
     return get_exporter(target, version).check(problem, layout)
 
 

@@ -59,6 +59,11 @@ def deepspeed_limits(job: Job) -> list[str]:
         reasons.append(
             f"expert parallelism (ep = {lay.ep}): set in the model by "
             "deepspeed.moe.layer.MoE(ep_size=...), not in the JSON (docs/export.md, deepspeed row)")
+    if lay.etp is not None:
+        reasons.append(
+            f"expert tensor parallelism etp = {lay.etp} other than tp = {lay.tp}: DeepSpeed-MoE "
+            "has no parallel folding (expert TP follows the model's TP, set in the model code); "
+            "megatron writes it (--expert-tensor-parallel-size)")
     if lay.recompute == "selective":
         reasons.append(
             "recompute = selective: DeepSpeed has no core-attention-only recompute; the model "

@@ -15,11 +15,12 @@ from ..specs.layout import Layout
 from ..specs.problem import Problem
 
 REQUIRED = ("model", "gpu", "n_gpus", "seq_len", "global_batch", "tp", "pp")
-"""Columns a row must have; `gpus_per_node` (8), `dp` (derived), `vp`, `cp`, `ep` (1), `zero`
+"""Columns a row must have; `gpus_per_node` (8), `dp` (derived), `vp`, `cp`, `ep` (1), `etp` (tp),
+`zero`
 (1), `recompute` (none), `sp` (on with TP) and `micro_batch` (1) take defaults when absent; the
 job settings (`JobSpec` columns: stack, precision, ...) the stack's defaults when absent or blank."""
-OPTIONAL = ("gpus_per_node", "dp", "vp", "cp", "cp_comm", "cp_a2a", "ep", "zero", "recompute",
-            "sp", "micro_batch", "layout")
+OPTIONAL = ("gpus_per_node", "dp", "vp", "cp", "cp_comm", "cp_a2a", "ep", "etp", "zero",
+            "recompute", "sp", "micro_batch", "layout")
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
@@ -60,7 +61,7 @@ def read_sweep_row(path: str | Path, row: int) -> tuple[Problem, Layout]:
     try:
         layout = Layout(
             dp=_int(rec, "dp"), tp=_int(rec, "tp"), pp=_int(rec, "pp"), vp=_int(rec, "vp"),
-            cp=_int(rec, "cp"), ep=_int(rec, "ep"), zero=_int(rec, "zero"),
+            cp=_int(rec, "cp"), ep=_int(rec, "ep"), etp=_int(rec, "etp"), zero=_int(rec, "zero"),
             recompute=_text(rec, "recompute"), sp=_bool(rec, "sp"),
             micro_batch=_int(rec, "micro_batch"),
             cp_comm=_text(rec, "cp_comm"), cp_a2a=_int(rec, "cp_a2a"),
@@ -74,8 +75,8 @@ def read_sweep_row(path: str | Path, row: int) -> tuple[Problem, Layout]:
             if not str(rec.get("cp_comm", "") or "").strip():
                 layout = layout.model_copy(update={"cp_comm": full.cp_comm,
                                                    "cp_a2a": full.cp_a2a})
-            axes = ("dp", "tp", "pp", "vp", "cp", "cp_comm", "cp_a2a", "ep", "zero", "recompute",
-                    "sp", "micro_batch")
+            axes = ("dp", "tp", "pp", "vp", "cp", "cp_comm", "cp_a2a", "ep", "etp", "zero",
+                    "recompute", "sp", "micro_batch")
             differ = [k for k in axes if getattr(full, k) != getattr(layout, k)]
             if differ:
                 raise SpecError(f"`layout` = {slug!r} disagrees with the column(s) "

@@ -11,7 +11,7 @@ configs). Mapping of autoparallel's layout:
 | uneven split | `--decoder-first-pipeline-num-layers`, `--decoder-last-pipeline-num-layers` when each stage's layers divide by VP (and VP as `--num-virtual-stages-per-pipeline-rank`, launchers.md §1.1); else `--account-for-embedding-in-pipeline-split` / `--account-for-loss-in-pipeline-split` where counting the embedding and loss as a layer each reproduces the split (Megatron-Bridge's Llama-3.1-405B and Qwen3 recipes); else `--pipeline-model-parallel-layout` (`split_args`) |
 | schedule | 1F1B, or interleaved 1F1B with VP; zero-bubble and DualPipe schedules are refused |
 | cp | `--context-parallel-size`, `--cp-comm-type` of the form (`CP_COMM_TYPE`), `--hierarchical-context-parallel-sizes u r` for a2a+ring |
-| ep | `--expert-model-parallel-size` (expert TP left at its default, = TP, as the cost model) |
+| ep, etp | `--expert-model-parallel-size`, `--expert-tensor-parallel-size` (parallel folding: the expert grid ETP x EP x EDP on the TP x CP x DP ranks, so EP may exceed DP) |
 | zero 0 | plain DDP (no sharding flag) |
 | zero 1 | `--use-distributed-optimizer` (optimizer state sharded over DP x CP) |
 | zero 2 | `--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads` |
@@ -128,7 +128,8 @@ def parallel_args(job: Job) -> list[list]:
     pp = ["--pipeline-model-parallel-size", lay.pp] + split_args(job)
     lines = [tp, pp, cp_args(job)]
     if job.problem.model.moe is not None:
-        ep = ["--expert-model-parallel-size", lay.ep]
+        ep = ["--expert-model-parallel-size", lay.ep,
+              "--expert-tensor-parallel-size", lay.expert_tp]
         if lay.ep > 1:
             ep += ["--moe-token-dispatcher-type", "alltoall"]
         lines.append(ep)
@@ -358,6 +359,11 @@ def megatron_limits(job: Job) -> list[str]:
         reasons.append(
             f"ZeRO-{lay.zero} maps to Megatron-FSDP, which does not take several model chunks "
             f"per pipeline rank (vp = {lay.vp}; docs/export.md, megatron row): use zero 0/1 or vp = 1")
+    if job.problem.model.moe is not None and lay.tp > 1 and not lay.sp:
+        reasons.append(
+            f"an MoE model with tp = {lay.tp} and no sequence parallelism: Megatron-Core's "
+            "MoELayer refuses to train it (moe_layer.py: 'MoE and tensor parallelism ... without "
+            "also enabling sequence parallelism' raises ValueError); use sp on")
     if lay.zero in SHARDING and job.problem.model.moe is not None:
         reasons.append(
             f"ZeRO-{lay.zero} maps to Megatron-FSDP, which does not take MoE models "

@@ -35,6 +35,10 @@ def nanotron_limits(job: Job) -> list[str]:
     if lay.ep > 1:
         reasons.append(f"expert parallelism (ep = {lay.ep}): Nanotron's rank grid only works "
                        "for ep = 1 in the version described (docs/export.md, nanotron row)")
+    if lay.etp is not None:
+        reasons.append(f"expert tensor parallelism etp = {lay.etp} other than tp = {lay.tp}: "
+                       "Nanotron has no parallel folding (experts follow its TP); megatron "
+                       "writes it (--expert-tensor-parallel-size)")
     if lay.zero > 1:
         reasons.append(f"ZeRO-{lay.zero}: Nanotron's optimizer.zero_stage is 0 or 1 "
                        "(docs/export.md, nanotron row)")

@@ -225,7 +225,7 @@ def sections(job: Job) -> dict[str, dict]:
         par["context_parallel_rotate_method"] = ROTATE[lay.cp_form.value]
     if job.problem.model.moe is not None:
         par["expert_parallel_degree"] = lay.ep
-        par["expert_tensor_parallel_degree"] = lay.tp if lay.ep > 1 else 1
+        par["expert_tensor_parallel_degree"] = lay.expert_tp if lay.ep > 1 else 1
     ac = {"mode": AC_MODE[recompute_of(job)]}
     if recompute_of(job) == Recompute.SELECTIVE:
         ac["selective_ac_option"] = "op"
@@ -274,6 +274,38 @@ def notes(job: Job, line: str) -> list[str]:
     return lines
 
 
+def expert_reasons(job: Job, line: str) -> list[str]:
+    """The expert grid each release builds. 0.2.x: the sparse mesh (pp, dp_replicate, efsdp,
+    ep, etp) with efsdp = dp_shard x cp x tp / (etp x ep) and, with EP, ETP = TP or 1 only
+    (v0.2.2 `parallel_dims.py` `_validate`: "Currently we only support ETP=TP or ETP=1").
+    0.3: the sparse mesh (pp, dp_replicate, efsdp, ep), efsdp = dp_shard x cp x tp / ep ("EP
+    borrows ranks from FSDP and TP", 0.3.0 `configs.py` expert_parallel_degree): experts are not
+    tensor-parallel with EP (ETP = 1); without EP they follow TP."""
+    lay = job.layout
+    if job.problem.model.moe is None:
+        return []
+    etp, shard = lay.expert_tp, (1 if lay.zero == 0 else int(lay.dp)) * lay.cp
+    dense = shard * lay.tp
+    out = []
+    if lay.ep == 1 and etp != lay.tp:
+        out.append(f"etp = {etp} with ep = 1: TorchTitan's experts follow TP ({lay.tp}) when "
+                   "expert parallelism is off; use etp = tp, or megatron "
+                   "(--expert-tensor-parallel-size)")
+    elif lay.ep > 1 and line == "0.3" and etp != 1:
+        out.append(f"etp = {etp} with ep = {lay.ep}: TorchTitan 0.3 borrows EP from dp_shard x "
+                   "cp x tp and does not shard experts over TP (ETP = 1; 0.3.0 configs.py); use "
+                   "etp = 1, --target-version 0.2.2 (ETP = TP or 1), or megatron")
+    elif lay.ep > 1 and etp not in (1, lay.tp):
+        out.append(f"etp = {etp} with ep = {lay.ep}: TorchTitan {line} supports ETP = TP "
+                   f"({lay.tp}) or 1 only (v0.2.2 parallel_dims.py); megatron writes any etp")
+    elif lay.ep > 1 and dense % (lay.ep * (etp if line != "0.3" else 1)):
+        group = lay.ep * (etp if line != "0.3" else 1)
+        out.append(f"{'etp x ' if line != '0.3' else ''}ep = {group} must divide dp_shard x cp x "
+                   f"tp = {dense} (expert mesh efsdp x ep{' x etp' if line != '0.3' else ''} = "
+                   "dp_shard x cp x tp; docs/export.md, torchtitan row)")
+    return out
+
+
 def torchtitan_limits(job: Job, line: str = CURRENT) -> list[str]:
     """What TorchTitan (release line `line`) cannot run among layouts that pass autoparallel's
     hard rules."""
@@ -317,16 +349,12 @@ def torchtitan_limits(job: Job, line: str = CURRENT) -> list[str]:
         reasons.append(
             f"seq_len ({seq}) must be divisible by tp x 2 x cp = {divisor} (v0.2.2 "
             "parallel_dims.seq_len_divisor)")
-    shard = (1 if lay.zero == 0 else int(lay.dp)) * lay.cp
-    if lay.ep > 1 and shard % lay.ep:
-        reasons.append(
-            f"ep = {lay.ep} must divide dp_shard x cp = {shard} (expert mesh efsdp x ep x etp = "
-            "dp_shard x cp x tp with etp = tp; docs/export.md, torchtitan row)")
     return reasons
 
 
 NOT_IN_03 = {"expert_tensor_parallel_degree", "context_parallel_rotate_method"}
-"""TOML keys the 0.3.0 `ParallelismConfig` no longer has (expert TP follows TP there)."""
+"""TOML keys the 0.3.0 `ParallelismConfig` no longer has (with EP its experts take no TP, ETP =
+1; without EP they follow TP: `expert_reasons`; K and V are all-gathered, no rotate setting)."""
 CONFIG_FUNCTION = "autoparallel_config"
 """Name of the function the 0.3 module defines (`--config`)."""
 AC_CLASS = {Recompute.NONE: "None", Recompute.SELECTIVE: "SelectiveAC.Config()",
@@ -388,7 +416,8 @@ class TorchTitanExporter(Exporter):
     uneven_splits = True  # where TorchTitan's split reproduces it; `split_reasons` refuses the rest
 
     def limits(self, job: Job) -> list[str]:
-        return split_reasons(job, self.line) + torchtitan_limits(job, self.line)
+        return (split_reasons(job, self.line) + torchtitan_limits(job, self.line)
+                + expert_reasons(job, self.line))
 
     def text(self, job: Job) -> str:
         return toml_text(job) if self.suffix == ".toml" else python_text(job)

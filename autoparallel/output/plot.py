@@ -66,11 +66,9 @@ def plot_plan(result, path: str | Path, top: int = 8) -> Path:
     fig.suptitle(f"{d['model']} on {d['n_gpus']} x {d['gpu']}, seq {d['seq_len']}, "
                  f"global batch {d['global_batch']}")
     fig.tight_layout()
-    path = Path(path)
+    from .files import save_figure
+
     try:
-        fig.savefig(path, dpi=110)
-    except OSError as exc:
-        raise SpecError(f"`--plot` {path}: cannot write ({exc.strerror or exc})") from None
+        return save_figure(fig, "--plot", path, dpi=110)
     finally:
         plt.close(fig)
-    return path

@@ -11,8 +11,11 @@ cards cited in `tests/data/hf/README.md`:
   does not; transformers' base default is tied);
 - shared experts: DeepSeek `n_shared_experts` (routed width), Qwen2-MoE one shared expert of
   `shared_expert_intermediate_size`, Llama-4 one shared expert of `intermediate_size`;
-- dense layers between MoE layers (DeepSeek `first_k_dense_replace`, Qwen `decoder_sparse_step` /
-  `mlp_only_layers`, Llama-4 `interleave_moe_layer_step`) are counted as leading dense layers;
+- leading dense layers (DeepSeek `first_k_dense_replace`) and interleaved ones (Llama-4
+  `interleave_moe_layer_step`, Qwen `decoder_sparse_step`: every step-th layer MoE) are placed
+  as published; Qwen's `mlp_only_layers` count as leading layers;
+- DeepSeek's multi-token-prediction modules (`num_nextn_predict_layers`) and group-limited
+  routing (`n_group`, `topk_group`) are read;
 - sliding-window attention (`sliding_window`, `layer_types`, Gemma-2 alternation) is modelled;
   fields that change cost but are not modelled raise an `InputWarning`.
 
@@ -30,7 +33,7 @@ from ..limits import MAX_SPEC_INT
 
 GATED_FAMILIES = frozenset({
     "llama", "llama4", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
-    "qwen3_moe", "deepseek_v2", "deepseek_v3", "gemma", "gemma2", "gemma3", "gemma3_text", "phi3",
+    "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2", "gemma", "gemma2", "gemma3", "gemma3_text", "phi3",
     "phimoe", "gpt_oss", "olmo", "olmo2", "olmoe", "granite", "granitemoe", "cohere", "internlm2",
     "glm", "glm4", "exaone", "starcoder2_gated", "minicpm", "hunyuan", "ernie4_5",
 })
@@ -182,18 +185,20 @@ def _moe(r: _Reader, family: str, n_layers: int, ffn: int) -> dict | None:
     else:
         moe["n_shared_experts"] = r.count("n_shared_experts", zero_ok=True) or 0
     dense = r.count("first_k_dense_replace", zero_ok=True) or 0
-    interleaved = 0
     step = r.first_count(("decoder_sparse_step", "interleave_moe_layer_step", "moe_layer_freq"))
-    if step and step > 1:  # a layer is MoE when (index + 1) % step == 0
-        interleaved = n_layers - n_layers // step
+    if step and step > 1:  # a layer is MoE when (index + 1) % step == 0 (Llama-4, Qwen-MoE)
+        moe["layer_step"] = step
     only_dense = cfg.get("mlp_only_layers") or []
     if isinstance(only_dense, list) and only_dense:
-        interleaved = max(interleaved, len(set(only_dense)))
-    if interleaved:
-        warnings.warn(f"model ({r.source}): {interleaved} dense layers sit between the MoE layers; "
-                      "they are modelled as leading layers (totals are exact, the split into "
-                      "pipeline stages may differ)", InputWarning, stacklevel=3)
-    moe["n_dense_layers"] = min(n_layers, dense + interleaved)
+        extra = len(set(only_dense))
+        warnings.warn(f"model ({r.source}): {extra} dense layers (`mlp_only_layers`) sit between "
+                      "the MoE layers; they are modelled as leading layers (totals are exact, "
+                      "the split into pipeline stages may differ)", InputWarning, stacklevel=3)
+        dense += extra
+    moe["n_dense_layers"] = min(n_layers, dense)
+    groups, topk_groups = r.count("n_group"), r.count("topk_group")
+    if groups and topk_groups and groups > 1 and topk_groups < groups:  # group-limited routing
+        moe["n_groups"], moe["topk_groups"] = groups, topk_groups
     return moe
 
 
@@ -203,8 +208,6 @@ def _warn_ignored(r: _Reader, left_out: list[str]) -> None:
     if r.count("attention_chunk_size"):
         ignored.append(f"chunked attention (`attention_chunk_size` = {cfg['attention_chunk_size']}): "
                        "costed as full causal attention, an upper bound")
-    if r.count("num_nextn_predict_layers", zero_ok=True):
-        ignored.append("the multi-token-prediction layers (`num_nextn_predict_layers`)")
     if left_out:
         ignored.append(f"the {', '.join(left_out)} sub-model(s): the text model is planned")
     for item in ignored:
@@ -260,6 +263,9 @@ def hf_config_to_model_dict(cfg: dict, default_name: str | None, source: str) ->
     moe = _moe(r, family, n_layers, ffn)
     if moe:
         out["moe"] = moe
+    mtp = r.count("num_nextn_predict_layers", zero_ok=True)
+    if mtp:  # DeepSeek-V3's multi-token-prediction modules, on the last stage
+        out["mtp_layers"] = mtp
     if r.count("kv_lora_rank"):
         fix = "DeepSeek-style latent attention needs every rank and head width"
         out["mla"] = {

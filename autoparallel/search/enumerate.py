@@ -17,6 +17,7 @@ candidate is a SpecError naming the filter and the values that would work.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 import math
 
 import numpy as np
@@ -82,7 +83,7 @@ def _nonempty(cols: dict[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
 
 
 def _values(space: SearchSpace, axis: str) -> str:
-    return ",".join(str(getattr(v, "value", v)) for v in getattr(space, axis))
+    return ",".join(str(getattr(v, "value", v)) for v in getattr(space, axis) or ())
 
 
 def enumerate_layouts(problem: Problem, space: SearchSpace | None = None) -> LayoutTable:
@@ -99,7 +100,69 @@ def enumerate_layouts(problem: Problem, space: SearchSpace | None = None) -> Lay
         raise SpecError(_too_many_message(exc.rows, problem, space)) from None
 
 
-def _enumerate(problem: Problem, space: SearchSpace) -> LayoutTable:
+@dataclass(frozen=True)
+class Enumerated:
+    """The candidates that pass `rules`, and how many candidates broke them (never built)."""
+
+    table: LayoutTable
+    """Candidates that pass every rule (memory is checked later)."""
+    n_pruned: int
+    """Candidates that break at least one rule."""
+    pruned_counts: dict[str, int]
+    """Per rule name, the candidates that break it (a candidate can break several)."""
+
+
+def enumerate_valid(problem: Problem, space: SearchSpace | None = None,
+                    rules=None) -> Enumerated:
+    """The candidates of `enumerate_layouts` that pass `rules` (default: the active rules),
+    built without the ones that do not: every rule depends only on the degrees, split,
+    schedule, experts, SP, micro-batch and CP form, so rows are checked before they are crossed with
+    ZeRO stages and recompute choices, and each rejected row counts once per combination it
+    stands for. Equal to filtering `enumerate_layouts` by `check_rules` (same rows, same
+    per-rule counts) when no extra axis (recompute groups or blocks, offload) is open; with one
+    open, everything is built and checked (`plan`)."""
+    from ..rules import RULES, active_rules, check_rules
+
+    space = space or SearchSpace()
+    rules = active_rules() if rules is None else rules
+    arch = build_arch(problem.model)
+    counts = {r.name: 0 for r in RULES}
+    total = [0]
+
+    def count(flags: np.ndarray, weight: np.ndarray | int) -> None:
+        weight = np.broadcast_to(np.asarray(weight, dtype=np.int64), flags.shape)
+        total[0] += int(weight[flags != 0].sum())
+        for r in RULES:
+            counts[r.name] += int(weight[(flags & int(r.flag)) != 0].sum())
+
+    def prune(cols: dict, times: int) -> dict:
+        # the same limit as building every candidate (`_cross`'s check at the ZeRO and recompute
+        # crosses): counting them instead of building them does not widen what is enumerated
+        if len(cols["tp"]) * times > MAX_LAYOUTS:
+            raise _TooMany(len(cols["tp"]) * times)
+        probe = dict(cols)
+        for k in ("zero", "rc", "rm", "ao", "oo"):
+            probe[k] = np.zeros(len(cols["tp"]), dtype=np.int64)
+        probe["rn"] = np.full(len(cols["tp"]), ALL_LAYERS, dtype=np.int64)
+        flags = check_rules(problem, arch, LayoutTable(probe, problem.model.n_layers), rules)
+        count(flags, times)
+        return _keep(cols, flags == 0)
+
+    extras = (space.recompute_group is not None or space.recompute_layers is not None
+              or space.recompute_layers_auto or space.offload_layers is not None
+              or space.optimizer_offload is not None or space.offload_auto)
+    try:
+        table = _enumerate(problem, space, None if extras else prune)
+    except _TooMany as exc:
+        raise SpecError(_too_many_message(exc.rows, problem, space)) from None
+    if extras:
+        flags = check_rules(problem, arch, table, rules)
+        count(flags, 1)
+        table = table.take(np.flatnonzero(flags == 0))
+    return Enumerated(table, total[0], {k: v for k, v in counts.items() if v})
+
+
+def _enumerate(problem: Problem, space: SearchSpace, prune=None) -> LayoutTable:
     n = problem.cluster.n_gpus
     model = problem.model
     L = model.n_layers
@@ -153,22 +216,8 @@ def _enumerate(problem: Problem, space: SearchSpace) -> LayoutTable:
               "1f1b needs vp = 1; interleaved needs pp > 1 and vp > 1; zb-h1 and dualpipe "
               "need pp > 1 and vp = 1; zbv and dualpipev need pp > 1 and vp = 2")
 
-    # ep: divides the experts and dp * cp; 1 for dense models
-    ep_auto = divisors(n_experts) if n_experts else np.array([1])
-    cols = _cross(cols, "ep", pick("ep", ep_auto))
-    if n_experts:
-        ep_ok = (n_experts % cols["ep"] == 0) & ((cols["dp"] * cols["cp"]) % cols["ep"] == 0)
-    else:
-        ep_ok = cols["ep"] == 1
-    cols = _keep(cols, ep_ok)
-    _nonempty(cols, f"--ep {_values(space, 'ep') if space.ep else ''}: "
-              + (f"ep must divide the {n_experts} experts and dp x cp; degrees that divide the "
-                 f"experts: {','.join(str(int(d)) for d in ep_auto)}" if n_experts else
-                 "the model has no experts, so ep must be 1"))
+    cols = _with_experts(cols, problem, space, pick)
 
-    cols = _cross(cols, "zero", pick("zero", [0, 1, 2, 3]))
-    rc_values = [RECOMPUTE_CODES[r] for r in (space.recompute or RECOMPUTE_CODES)]
-    cols = _cross(cols, "rc", rc_values)
     # SP only where the job's stack implements it (StackSpec.sequence_parallel); --sp may insist
     auto_sp = [True, False] if problem.stack.sequence_parallel else [False]
     sp_values = [int(v) for v in (space.sp if space.sp is not None else auto_sp)]
@@ -190,12 +239,68 @@ def _enumerate(problem: Problem, space: SearchSpace) -> LayoutTable:
               f"a micro-batch must divide the per-replica batch (global batch {B:,} / dp); "
               f"sizes that divide the global batch: "
               + ",".join(str(int(d)) for d in divisors(B)[:16]))
+
+    # the context-parallel forms of the cp > 1 rows (the cp_heads and cp_window rules read them)
+    cols = _with_cp_forms(cols, problem, space)
+
+    # ZeRO and recompute last: no rule depends on them, so rows that break a rule can be counted
+    # and dropped before these crosses multiply them (`prune`)
+    zero_values = pick("zero", [0, 1, 2, 3])
+    rc_values = [RECOMPUTE_CODES[r] for r in (space.recompute or RECOMPUTE_CODES)]
+    if prune is not None:
+        cols = prune(cols, len(zero_values) * len(rc_values))
+    cols = _cross(cols, "zero", zero_values)
+    cols = _cross(cols, "rc", rc_values)
     cols["rn"] = np.full(len(cols["mb"]), ALL_LAYERS, dtype=np.int64)  # full = every layer
     for k in ("rm", "ao", "oo"):  # default modules, nothing offloaded (opened by `_with_extras`)
         cols[k] = np.zeros(len(cols["mb"]), dtype=np.int64)
-    cols = _with_cp_forms(cols, problem, space)
     cols = _with_extras(cols, problem, space)
     return LayoutTable({k: np.ascontiguousarray(cols[k]) for k in COLUMNS}, L)
+
+
+def _with_experts(cols: dict[str, np.ndarray], problem: Problem, space: SearchSpace,
+                  pick) -> dict:
+    """Cross the rows with the expert grid (MoE Parallel Folding, arXiv 2504.14960): ep over the
+    divisors of the experts and etp, by default, 1 or the row's tp (Megatron's default and the
+    MoE guide's advice for fine-grained experts, "ETP=1"; the two values TorchTitan builds),
+    any other divisor of the expert FFN width inside one NVLink domain when `space.etp` names
+    it; kept where etp x ep divides the tp x cp x dp ranks of a stage (EP may exceed DP). Dense
+    models: ep = 1, etp = tp."""
+    moe = problem.model.moe
+    if moe is None:
+        if space.etp is not None:
+            raise SpecError(f"--etp {_values(space, 'etp')}: the model has no experts, so "
+                            "expert tensor parallelism does not apply; leave --etp out")
+        cols = _cross(cols, "ep", pick("ep", [1]))
+        cols = _nonempty(_keep(cols, cols["ep"] == 1),
+                         f"--ep {_values(space, 'ep') if space.ep else ''}: the model has no "
+                         "experts, so ep must be 1")
+        cols["etp"] = cols["tp"].copy()
+        return cols
+    E, f_e = moe.n_experts, moe.expert_ffn_hidden_size
+    g = problem.cluster.nvlink_domain
+    ep_auto = divisors(E)
+    etp_auto = divisors(f_e)
+    etp_auto = etp_auto[(etp_auto <= g) & (g % etp_auto == 0)]
+    cols = _cross(cols, "ep", pick("ep", ep_auto))
+    cols = _keep(cols, E % cols["ep"] == 0)
+    _nonempty(cols, f"--ep {_values(space, 'ep')}: ep must divide the {E} experts; degrees that "
+              f"do: {','.join(str(int(d)) for d in ep_auto)}")
+    if space.etp is None:  # code 0: etp 1; code 1: etp = tp (the same row where tp = 1)
+        cols = _cross(cols, "etp", [0, 1])
+        cols = _keep(cols, (cols["etp"] == 0) | (cols["tp"] > 1))
+        cols["etp"] = np.where(cols["etp"] == 0, 1, cols["tp"])
+    else:
+        cols = _cross(cols, "etp", pick("etp", etp_auto))
+    grid = cols["tp"] * cols["cp"] * cols["dp"]
+    cols = _keep(cols, (f_e % cols["etp"] == 0) & (grid % (cols["ep"] * cols["etp"]) == 0)
+                 & (cols["etp"] <= g) & (g % cols["etp"] == 0))
+    given = " ".join(f"--{a} {_values(space, a)}" for a in ("ep", "etp")
+                     if getattr(space, a) is not None)
+    return _nonempty(cols, f"{given or 'ep, etp'}: etp x ep must divide the tp x cp x dp ranks "
+                     f"of a pipeline stage and etp the expert FFN width ({f_e}); expert-TP "
+                     f"degrees that divide it inside a node: "
+                     f"{','.join(str(int(d)) for d in etp_auto)}")
 
 
 def _with_extras(cols: dict[str, np.ndarray], problem: Problem, space: SearchSpace) -> dict:

@@ -35,7 +35,9 @@ def tier_crossings(ev: Evaluation, i: int) -> str:
     from ..cost.network import TIER_GROUPS, crossings
 
     found = crossings(ev.problem, ev.table.take(np.array([i])))
-    skip = set() if ev.arch.n_experts else {"ep", "edp"}
+    skip = set() if ev.arch.n_experts else {"etp", "ep", "edp"}
+    if ev.table["etp"][i] == ev.table["tp"][i]:
+        skip.add("etp")  # expert TP over the TP ranks (Megatron's default): the TP group
     parts = [f"{TIER_GROUPS[k]} {v[0]}" for k, v in found.items() if v[0] and k not in skip]
     return ", ".join(parts) or "every group inside one GPU"
 

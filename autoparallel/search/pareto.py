@@ -67,8 +67,21 @@ def add_front_to_study(front: Front, storage: str | None, study_name: str | None
     from optuna.distributions import CategoricalDistribution
     from optuna.trial import create_trial
 
-    study = optuna.create_study(storage=storage, study_name=study_name,
-                                directions=["minimize", "minimize"], load_if_exists=True)
+    try:
+        study = optuna.create_study(storage=storage, study_name=study_name,
+                                    directions=["minimize", "minimize"], load_if_exists=True)
+        trials = _front_trials(front, create_trial, CategoricalDistribution)
+        study.add_trials(trials)
+    except Exception as exc:  # unreachable database, bad URL, corrupt or read-only file, ...
+        from ..errors import SpecError
+        from .storage_check import storage_message
+
+        raise SpecError(storage_message(storage, exc, "cannot store the front")) from None
+    front.study = study
+    return study
+
+
+def _front_trials(front: Front, create_trial, CategoricalDistribution) -> list:
     trials = []
     for rec in front.points:
         params = {k: v for k, v in rec["layout"].items() if k != "grad_accum"} | {"n_gpus": rec["n_gpus"]}
@@ -76,6 +89,4 @@ def add_front_to_study(front: Front, storage: str | None, study_name: str | None
         second = rec["memory_gib"]["total"] if front.second == "memory" else float(rec["n_gpus"])
         trials.append(create_trial(params=params, distributions=dist,
                                    values=[rec["time_s"]["step"], second]))
-    study.add_trials(trials)
-    front.study = study
-    return study
+    return trials

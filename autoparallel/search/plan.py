@@ -13,7 +13,7 @@ from ..evaluate import Evaluation, evaluate
 from ..rules import RULES, Reject, active_rules, check_rules
 from ..errors import SpecError
 from ..specs.problem import Problem
-from .enumerate import enumerate_layouts
+from .enumerate import enumerate_valid
 from .robust import RANK_BY, robust_order, robustness, tied_with_first
 from .space import SearchSpace
 
@@ -49,8 +49,8 @@ class PlanResult:
     (`search.robust`)."""
     tied: np.ndarray | None = None
     """Per survivor: its error band overlaps the fastest layout's."""
-    robustness: dict[str, np.ndarray] | None = None
-    """Per survivor: robustness penalty and its terms (`search.robust.robustness`)."""
+    _robustness: dict[str, np.ndarray] | None = None
+    _bands: object | None = field(default=None, repr=False)
     band_low: np.ndarray | None = None
     """Per survivor: `step_low` of its error band, seconds."""
     band_high: np.ndarray | None = None
@@ -65,6 +65,16 @@ class PlanResult:
             self._study, _ = self._make_study()
             self._make_study = None
         return self._study
+
+    @property
+    def robustness(self) -> dict[str, np.ndarray]:
+        """Per survivor: robustness penalty and its terms (`search.robust.robustness`).
+        Computed on first use when ranking by time (two extra time ledgers over the survivors,
+        which a sweep writing only the ranked rows never needs)."""
+        if self._robustness is None:  # the tied group and the ranked top (`robust.robustness`)
+            top = np.arange(len(self.tied)) < len(self.ranked)
+            self._robustness = robustness(self.survivors, self._bands, self.tied | top)
+        return self._robustness
 
     def standing(self, layout) -> dict:
         """Where `layout` (e.g. a published one) stands among the fitting layouts: its estimate,
@@ -180,16 +190,15 @@ def plan(
             uneven=space.uneven and exp.uneven_splits)
     rules = active_rules() if rules is None else rules
     arch = build_arch(problem.model)
-    table = enumerate_layouts(problem, space)
-    flags = check_rules(problem, arch, table, rules)
-    valid_idx = np.flatnonzero(flags == 0)
-    valid = table.take(valid_idx)
+    found = enumerate_valid(problem, space, rules)  # rows that break a rule: counted, not built
+    valid = found.table
     with np.errstate(divide="ignore", invalid="ignore"):
         mem = memory_ledger(problem, arch, valid)
     oom = mem["fit_peak"] > mem["usable"]
-    flags[valid_idx[oom]] |= int(Reject.OOM)
-    fit_table = valid.take(np.flatnonzero(~oom))
-    ev = evaluate(problem, fit_table, rules, arch=arch)
+    fit_idx = np.flatnonzero(~oom)
+    fit_table = valid.take(fit_idx)
+    ev = evaluate(problem, fit_table, rules, arch=arch,
+                  memory={k: v[fit_idx] for k, v in mem.items()})
     order = rank_order(ev)
     survivors = ev.take(order)
     target_rejected = 0
@@ -203,23 +212,27 @@ def plan(
         survivors = survivors.take(np.flatnonzero(ok))
     bands = survivors.bands()
     tied = tied_with_first(bands.step_low, bands.step_high)
-    rob = robustness(survivors, bands)
+    rob = None
     if rank_by == "robust":
+        # the robustness of the tied group (ranked by it) and of the first `top` (reported)
+        rob = robustness(survivors, bands, tied | (np.arange(len(tied)) < top))
         order = robust_order(survivors.time["step"], tied, rob["score"], rob["memory_risk"])
         survivors = survivors.take(order)
         tied, rob = tied[order], {k: v[order] for k, v in rob.items()}
         bands = survivors.bands()
     nearest = None
-    if len(survivors) == 0 and len(valid_idx):
+    if len(survivors) == 0 and len(valid):
         miss = valid.take(np.flatnonzero(oom))
         ev_miss = evaluate(problem, miss, rules, arch=arch)
         nearest = ev_miss.take(np.argsort(ev_miss.memory["total"], kind="stable")[:n_nearest])
     result = PlanResult(
-        problem=problem, space=space, n_layouts=len(table), n_valid=len(valid_idx),
+        problem=problem, space=space, n_layouts=len(valid) + found.n_pruned, n_valid=len(valid),
         n_fit=len(survivors), search_s=0.0, ranked=survivors.take(np.arange(min(top, len(survivors)))),
-        survivors=survivors, nearest=nearest, reject_counts=count_rejections(flags),
-        target=target, rank_by=rank_by, tied=tied, robustness=rob, band_low=bands.step_low,
-        band_high=bands.step_high,
+        survivors=survivors, nearest=nearest,
+        reject_counts=found.pruned_counts | ({"oom": int(np.count_nonzero(oom))}
+                                             if np.any(oom) else {}),
+        target=target, rank_by=rank_by, tied=tied, _robustness=rob,
+        _bands=bands, band_low=bands.step_low, band_high=bands.step_high,
     )
     if target_rejected:
         result.reject_counts[f"target_{target}"] = target_rejected

@@ -21,7 +21,8 @@ of each other: ranking inside the band is noise. So:
   - `memory_used`: memory total / usable (headroom against fragmentation and the memory band);
   - `parallel_dims`: how many of dp, tp, pp, cp, ep exceed 1 (each is a code path, a group and
     a failure mode more);
-  - `tp_ep_in_node`: tensor or expert parallelism crossing the scale-up domain;
+  - `tp_ep_in_node`: tensor parallelism, or the expert-TP x EP block, crossing the scale-up
+    domain;
   - `memory_over`: how far the upper end of the memory band (`memory_gib.total_high`) lies
     above the usable memory, as a share of it (0 when it stays below): a layout that may run
     out of memory (`memory_risk`).
@@ -84,17 +85,26 @@ def _slower_network(c):
                                 "network": c.network.model_copy(update={"tiers": tiers})})
 
 
-def robustness(ev: Evaluation, bands) -> dict[str, np.ndarray]:
+def robustness(ev: Evaluation, bands, rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The penalty and its terms for every row (see the module docstring); `bands` are the
-    rows' error bands (`Evaluation.bands`)."""
+    rows' error bands (`Evaluation.bands`). With `rows` (a boolean mask) the two perturbed
+    ledgers run on those rows only and the sensitivities, penalty and score of the others are
+    NaN (`plan` needs them for the tied group and the ranked top alone)."""
     from ..evaluate import memory_risk
 
     step = ev.time["step"]
     comm_share = bands.comm_share
-    net, gemm = perturbed_steps(ev)
+    if rows is None or np.all(rows):
+        net, gemm = perturbed_steps(ev)
+    else:
+        idx = np.flatnonzero(rows)
+        net, gemm = np.full(len(step), np.nan), np.full(len(step), np.nan)
+        if len(idx):
+            net[idx], gemm[idx] = perturbed_steps(ev.take(idx))
     t = ev.table
     dims = sum((t[k] > 1).astype(int) for k in ("dp", "tp", "pp", "cp", "ep"))
-    in_node = t["tp"] * t["ep"] <= ev.problem.cluster.nvlink_domain
+    g = ev.problem.cluster.nvlink_domain
+    in_node = (t["tp"] <= g) & (t["etp"] * t["ep"] <= g)  # TP, and the expert-TP x EP block
     used = ev.memory["fit_peak"] / ev.memory["usable"]
     out = {"net_sensitivity": net / step - 1.0, "gemm_sensitivity": gemm / step - 1.0,
            "exposed_comm_share": np.asarray(comm_share, dtype=float), "memory_used": used,

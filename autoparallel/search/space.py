@@ -12,7 +12,7 @@ from ..errors import SpecError, format_validation_error
 from ..specs._base import Spec
 from ..specs.layout import CpComm, Recompute, RecomputeModule, Schedule
 
-AXES = ("tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch", "schedule",
+AXES = ("tp", "pp", "vp", "cp", "ep", "etp", "zero", "recompute", "sp", "micro_batch", "schedule",
         "recompute_modules", "recompute_group", "recompute_layers", "offload_layers",
         "optimizer_offload", "cp_comm", "cp_a2a")
 
@@ -35,7 +35,12 @@ class SearchSpace(Spec):
     """All-to-all group sizes of the hierarchical form a2a+ring (auto: every divisor u of cp
     with 1 < u < cp)."""
     ep: list[PositiveInt] | None = None
-    """Expert-parallel degrees (auto: divisors of the experts that divide dp x cp)."""
+    """Expert-parallel degrees (auto: divisors of the experts with etp x ep dividing tp x cp x dp,
+    parallel folding)."""
+    etp: list[PositiveInt] | None = None
+    """Expert tensor-parallel degrees (auto: 1 and the row's tp, Megatron's default and the MoE
+    guide's advice; given values: any that divides the expert FFN width inside one NVLink
+    domain; tp alone for dense models)."""
     zero: list[int] | None = None
     """ZeRO stages (auto: 0-3)."""
     recompute: list[Recompute] | None = None

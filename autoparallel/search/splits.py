@@ -32,9 +32,12 @@ if TYPE_CHECKING:
 def output_weight(arch: Arch, seq_len: int) -> float:
     """Forward FLOPs of the output layer per token in units of one transformer layer's:
     2 h V / (2 x GEMM weights per layer + s n_h (d_qk + d_v)) (reference §2.1 FLOP convention,
-    causal attention). The embedding lookup has no FLOPs and weighs 0."""
+    causal attention), plus, per multi-token-prediction module, one layer and one more output
+    pass. The embedding lookup has no FLOPs and weighs 0."""
     per_layer = 2.0 * arch.gemm_params_per_token() / arch.n_layers + seq_len * arch.attn_score_width
-    return 2.0 * arch.hidden * arch.vocab / per_layer
+    head = 2.0 * arch.hidden * arch.vocab / per_layer
+    # multi-token prediction on the last stage: per module a block (~ one layer) and a head pass
+    return head * (1 + arch.n_mtp) + arch.n_mtp
 
 
 def balanced_splits(n_layers: int, pp: int, vp: int, w_last: float, k: int = 2) -> list[tuple[int, int]]:
@@ -66,8 +69,11 @@ def _balanced(n_layers: int, pp: int, vp: int, w_last: float, k: int) -> tuple[t
         rest = n_layers - (0 if mid is None else (pp - 2) * mid)
         if rest < 2:
             continue
-        # first = last + w balances the ends: first near (rest + w) / 2, last near (rest - w) / 2
-        for first in range(int((rest - w_last) // 2) - 1, int((rest + w_last) // 2) + 3):
+        # first = last + w balances the ends: first near (rest + w) / 2, last near (rest - w) / 2;
+        # also the middle stages' count and a last stage of vp layers (a heavy last stage, e.g.
+        # the output head plus an MTP module, wants the fewest layers there)
+        near = set(range(int((rest - w_last) // 2) - 1, int((rest + w_last) // 2) + 3))
+        for first in near | ({mid, rest - vp} if mid is not None else set()):
             last = rest - first
             if first < 1 or last < 1:
                 continue

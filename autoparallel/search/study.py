@@ -14,8 +14,9 @@ from optuna.trial import TrialState, create_trial
 from ..errors import SpecError
 from ..specs.layout import CP_COMM_NAMES, RECOMPUTE_NAMES, SCHEDULE_NAMES
 
-PARAM_AXES = ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp", "micro_batch",
-              "schedule", "first_stage_layers", "last_stage_layers", "cp_comm", "cp_a2a")
+PARAM_AXES = ("dp", "tp", "pp", "vp", "cp", "ep", "etp", "zero", "recompute", "sp",
+              "micro_batch", "schedule", "first_stage_layers", "last_stage_layers", "cp_comm",
+              "cp_a2a")
 """Optuna parameters of a layout; the stage-layer counts are 0 for the even split, `cp_comm`
 the context-parallel form (`ring` when cp = 1), `cp_a2a` the hierarchical form's all-to-all
 group (1 otherwise)."""
@@ -33,7 +34,8 @@ def _params(ev, i: int) -> dict:
     t = ev.table
     return {
         "dp": int(t["dp"][i]), "tp": int(t["tp"][i]), "pp": int(t["pp"][i]), "vp": int(t["vp"][i]),
-        "cp": int(t["cp"][i]), "ep": int(t["ep"][i]), "zero": int(t["zero"][i]),
+        "cp": int(t["cp"][i]), "ep": int(t["ep"][i]),
+        "etp": int(t["etp"][i]), "zero": int(t["zero"][i]),
         "recompute": RECOMPUTE_NAMES[int(t["rc"][i])].value, "sp": bool(t["sp"][i]),
         "micro_batch": int(t["mb"][i]),
         "schedule": SCHEDULE_NAMES[int(t["sch"][i])].value,
@@ -76,10 +78,18 @@ def study_from_survivors(result, keep: int, storage: str | None, study_name: str
     n = min(keep, len(ev))
     name = study_name or default_study_name(result.problem)
     try:
-        study = optuna.create_study(storage=storage, study_name=name, direction="minimize",
-                                    load_if_exists=True)
-    except Exception as exc:  # unreachable database, bad URL, ...
-        raise SpecError(f"`--storage` {storage!r}: cannot open the Optuna storage ({exc})") from None
+        return _store(result, ev, n, storage, name)
+    except SpecError:
+        raise
+    except Exception as exc:  # unreachable database, bad URL, corrupt or read-only file, ...
+        from .storage_check import storage_message
+
+        raise SpecError(storage_message(storage, exc, "cannot store the plan")) from None
+
+
+def _store(result, ev, n: int, storage: str | None, name: str):
+    study = optuna.create_study(storage=storage, study_name=name, direction="minimize",
+                                load_if_exists=True)
     study.set_user_attr("problem", result.problem.describe())
     existing = {tuple(sorted(tr.params.items())) for tr in study.get_trials(deepcopy=False,
                                                                              states=(TrialState.COMPLETE,))}

@@ -73,6 +73,24 @@ class Profile(Spec):
     ZeRO-Offload (Ren et al. 2021, arXiv 2101.06840, CPU-Adam latency table): about 1.1 s per
     1e9 parameters with the whole host's cores [recalled], i.e. ~0.9e9/s per host, shared by the
     8 GPU processes of a node: ~1.1e8/s per GPU. Set it to the host's measured rate."""
+    moe_host_overhead_us: NonNegativeFloat = 1000.0
+    """Host time per MoE layer, micro-batch and pass pair (forward + backward) that the GPU waits
+    for with dynamic-shape (dropless) routing: the dispatcher copies the tokens-per-expert counts
+    to the host (Megatron `_maybe_dtoh_and_synchronize`), so the CPU cannot run ahead and the
+    layer's remaining kernel launches (~40 forward, ~80 backward in the alltoall path, ~10 us each
+    in PyTorch eager [derived: kernel counts of Megatron's router, permute, dispatcher and grouped
+    MLP]) are exposed. Removed by static shapes (capacity routing, HybridEP buffers) and CUDA
+    graphs (`cost.moe_layer.host_overhead`). Fitted per stack."""
+    grouped_gemm_expert_us: NonNegativeFloat = 4.0
+    """Fixed time per local expert in a grouped GEMM (each expert's GEMM ends in its own partial
+    wave of tiles), microseconds; the same floor as `gemm_overhead_us` (reference §7.2 rule 3:
+    5-10 us per kernel, 1024^3 FP8 GEMMs at 14 % of peak)."""
+    moe_dropless_imbalance: float = Field(1.1, ge=1.0, le=8.0)
+    """Tokens on the busiest expert-parallel rank over the balanced share, with dropless routing
+    and an auxiliary load-balancing loss (the slowest rank paces every all-to-all). Assumption:
+    per-expert max violations of 0.04-0.7 with loss-free vs auxiliary-loss balancing [recalled:
+    Wang et al. 2024, arXiv 2408.15664], averaged over a rank's E / ep experts; not measured by
+    the project. Forced balancing (benchmarks) is 1."""
     memory_overhead_gib: NonNegativeFloat = 0.0
     """Fixed per-GPU memory inside the caching allocator beyond the ledger's items and the GEMM
     workspaces the ledger computes from the GPU generation and the stack (PyTorch's cuBLAS and
@@ -91,6 +109,10 @@ class GPUSpec(Spec):
     """Marketing name and form factor."""
     bf16_tflops: PositiveFloat
     """Dense BF16 peak, TFLOP/s (the 16-bit tensor peak: FP16 where the GPU has no BF16)."""
+    fp32_tflops: PositiveFloat | None = None
+    """FP32 peak without tensor cores (CUDA cores), TFLOP/s: PyTorch runs an fp32 matmul there
+    (`torch.backends.cuda.matmul.allow_tf32` is False by default), e.g. Megatron's fp32 MoE
+    router (`--moe-router-dtype fp32`). None: such GEMMs are costed at the BF16 rate."""
     bf16: bool = True
     """Whether the tensor cores take BF16 (Volta has FP16 only: `--precision fp16`)."""
     fp8_tflops: PositiveFloat | None = None

@@ -14,7 +14,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat
 
 from ._base import Spec
 from .precision import PrecisionName
-from .stack import ModelCodeName
+from .stack import CudaGraphs, ModelCodeName, MoEDispatcher, MoERouting
 
 
 CLI_HELP: dict[str, str] = {}
@@ -53,6 +53,16 @@ class JobSpec(Spec):
     """fp32 weights under torch.autocast (Composer amp_bf16 over fp32 FSDP parameters, ATorch): the bf16 cast of every weight is cached until the forward ends; default: the stack's (off: 16-bit weights kept by the stack)."""
     tp_comm_overlap: bool | None = Field(None, **_cli("--tp-comm-overlap/--no-tp-comm-overlap", help="Overlap TP collectives with GEMMs [default: the stack's]."))
     """TP collectives overlapped with GEMMs (Megatron --tp-comm-overlap, TorchTitan async TP); default: the stack's."""
+    moe_dispatcher: MoEDispatcher | None = Field(None, **_cli("--moe-dispatcher", help="MoE token dispatcher: alltoall, allgather, deepep or hybridep [default: the stack's]."))
+    """MoE token dispatcher: alltoall (NCCL all-to-all), allgather (gather every token of the expert-TP x EP group), deepep or hybridep (Megatron's flex dispatcher with DeepEP or HybridEP kernels: each token crosses the network once per destination node); default: the stack's."""
+    moe_a2a_overlap: bool | None = Field(None, **_cli("--moe-a2a-overlap/--no-moe-a2a-overlap", help="Hide the EP all-to-all behind another micro-batch's compute (1F1B A2A overlap) [default: the stack's]."))
+    """EP all-to-all hidden behind another micro-batch's compute (Megatron --overlap-moe-expert-parallel-comm --delay-wgrad-compute, 1F1B A2A overlap); default: the stack's (off)."""
+    moe_routing: MoERouting | None = Field(None, **_cli("--moe-routing", help="MoE routing: dropless, balanced (forced, as benchmarks run) or capacity (token dropping) [default: the stack's]."))
+    """dropless (every token to its top-k experts, auxiliary-loss balancing: the busiest rank gets more), balanced (tokens forced round-robin, as benchmarks run: Megatron --moe-router-force-load-balancing) or capacity (token dropping: each expert takes at most capacity-factor x its share, padded to it); default: the stack's."""
+    moe_capacity_factor: PositiveFloat | None = Field(None, **_cli("--moe-capacity-factor", help="With --moe-routing capacity: tokens per expert in units of its balanced share [default: 1.0]."))
+    """With moe_routing = capacity: tokens an expert takes, in units of its balanced share (Megatron --moe-expert-capacity-factor); default 1.0."""
+    cuda_graphs: CudaGraphs | None = Field(None, **_cli("--cuda-graphs", help="CUDA graph capture: none, scoped or full [default: the stack's]."))
+    """CUDA graph capture: none, scoped (Transformer Engine graphs of attention and the MoE router/preprocess; the dynamic-shape MoE part stays eager) or full (whole layers / iteration: needs static shapes, i.e. capacity routing or the hybridep dispatcher); default: the stack's (none)."""
     fp8_param_gather: bool | None = Field(None, **_cli("--fp8-param-gather/--no-fp8-param-gather", help="Keep and all-gather low-precision weights in the recipe's format [default: the stack's]."))
     """Low-precision recipes keep each linear weight in the recipe's format only (no 16-bit copy) and all-gather it so (Megatron --fp8-param-gather / --fp4-param-gather, TorchTitan enable_fsdp_float8_all_gather); default: the stack's."""
     usable_fraction: float | None = Field(None, gt=0, le=1, **_cli("--usable-fraction", help="Share of GPU memory the allocated peak may fill, e.g. 0.9 [default: capacity less CUDA context and NCCL]."))

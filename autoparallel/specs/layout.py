@@ -1,5 +1,10 @@
 """One parallel layout (`Layout`) and its slug form `dp8-tp4-pp2-vp1-cp1-ep1-z1-rnone-sp-mb1`.
 
+Expert layers fold onto the same ranks as attention (Megatron-Core MoE Parallel Folding, arXiv
+2504.14960): attention runs TP x CP x DP (x PP), the experts ETP x EP x EDP (x PP) with
+ETP x EP x EDP = TP x CP x DP, so EP may exceed DP. An expert-TP degree other than TP shows
+as `-etpN` after the ep part (`...-ep64-etp1-z1-...`); without it ETP = TP (Megatron's default).
+
 An uneven pipeline split shows in the pp part, `pp16[7,8x14,7]` (layers per pipeline stage, first
 to last, `8x14` = fourteen stages of 8), the context-parallel form in the cp part when cp > 1,
 `cp8:ring`, `cp8:a2a`, `cp8:allgather`, `cp8:a2a2+ring4` (`CpComm`), and a schedule other
@@ -149,7 +154,10 @@ class Layout(Spec):
     """Degrees of each parallel axis plus memory-saving choices. Degree 1 means the axis is off.
 
     `dp` may be left out: it is derived from the GPU count (`n_gpus / (tp*pp*cp)`).
-    EP is carved out of DP x CP (Megatron's convention) and does not enter that product.
+    Expert layers fold onto the attention grid (MoE Parallel Folding, arXiv 2504.14960): their
+    ETP x EP x EDP ranks are the attention's TP x CP x DP ranks of a pipeline stage, so EP and
+    ETP do not enter that product and `edp` = tp x cp x dp / (etp x ep) is derived; with the
+    default ETP = TP, EP is carved out of DP x CP (Megatron's convention before folding).
     """
 
     dp: PositiveInt | None = None
@@ -170,7 +178,10 @@ class Layout(Spec):
     `--hierarchical-context-parallel-sizes cp_a2a cp/cp_a2a`), a divisor of cp between 1 and cp;
     the ring runs across cp / cp_a2a groups."""
     ep: PositiveInt = 1
-    """Expert-parallel degree (MoE only), a divisor of dp x cp."""
+    """Expert-parallel degree (MoE only): etp x ep divides tp x cp x dp (parallel folding)."""
+    etp: PositiveInt | None = None
+    """Expert tensor-parallel degree (MoE only; Megatron `--expert-tensor-parallel-size`);
+    None = tp, Megatron's default."""
     zero: Literal[0, 1, 2, 3] = 1
     """ZeRO stage over the data-parallel group: 1 = distributed optimizer, 3 = FSDP full shard."""
     recompute: Recompute = Recompute.NONE
@@ -207,6 +218,8 @@ class Layout(Spec):
 
     @model_validator(mode="after")
     def _check(self) -> Layout:
+        if self.etp is not None and self.etp == self.tp:
+            object.__setattr__(self, "etp", None)  # Megatron's default: the canonical form
         if self.vp > 1 and self.pp == 1:
             raise ValueError(
                 f"`vp` ({self.vp}) > 1 needs pipeline parallelism: interleaving splits each "
@@ -309,6 +322,17 @@ class Layout(Spec):
         return self.model_copy(update={"dp": dp, "sp": sp})
 
     @property
+    def expert_tp(self) -> int:
+        """The expert tensor-parallel degree (`etp`, or tp when it is not set)."""
+        return int(self.etp if self.etp is not None else self.tp)
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel degree, tp x cp x dp / (etp x ep) (dp must be set; the integer
+        part when the experts rule is broken)."""
+        return int(self.dp or 0) * self.tp * self.cp // (self.expert_tp * self.ep)
+
+    @property
     def n_gpus(self) -> int:
         """GPUs this layout occupies (dp must be set)."""
         return int(self.dp or 0) * self.tp * self.pp * self.cp
@@ -333,8 +357,10 @@ class Layout(Spec):
             form = self.cp_form
             cpf = (f":a2a{self.cp_a2a}+ring{self.cp // self.cp_a2a}"
                    if form == CpComm.A2A_RING else f":{form.value}")
+        etp = "" if self.etp is None else f"-etp{self.etp}"
         return (
             f"dp{self.dp}-tp{self.tp}-pp{self.pp}{split}-vp{self.vp}-cp{self.cp}{cpf}-ep{self.ep}"
+            f"{etp}"
             f"-z{self.zero}-r{self.recompute.value}{rn}{sp}-mb{self.micro_batch}{sched}{off}"
         )
 
@@ -342,7 +368,8 @@ class Layout(Spec):
     def from_slug(cls, slug: str) -> Layout:
         """Parse `dp8-tp4-pp2-vp1-cp1-ep1-z1-rnone-sp-mb1` (or `...-pp16[7,8x14,7]-...-szbh1`,
         `cp8:a2a` / `cp8:allgather` / `cp8:a2a2+ring4` for the context-parallel form (`cp8`
-        and `cp8:ring`: ring), `-rfull2` for full recompute of the first 2 layers of each chunk, `-rfullg4` for uniform
+        and `cp8:ring`: ring), `-ep64-etp1` for an expert-TP degree other than tp,
+        `-rfull2` for full recompute of the first 2 layers of each chunk, `-rfullg4` for uniform
         groups of 4, `-rselective+core_attn+mlp` for named modules, `-ao2` for activation offload
         of 2 layers per stage, `-oo50` for half the optimizer state offloaded);
         omitted axes take defaults."""
@@ -353,7 +380,7 @@ class Layout(Spec):
                 fields["cp"] = int(cpm[1])
                 fields |= _cp_form_fields(cpm[2], int(cpm[1]))
                 continue
-            m = re.fullmatch(r"(dp|tp|pp|vp|cp|ep|z|mb)(\d+)(\[[\dx,]+\])?", part)
+            m = re.fullmatch(r"(dp|tp|pp|vp|cp|ep|etp|z|mb)(\d+)(\[[\dx,]+\])?", part)
             if m and (m[3] is None or m[1] == "pp"):
                 key = {"z": "zero", "mb": "micro_batch"}.get(m[1], m[1])
                 fields[key] = int(m[2])

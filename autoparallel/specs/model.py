@@ -26,6 +26,15 @@ class MoESpec(Spec):
     one shared expert of `shared_expert_intermediate_size`); defaults to `expert_ffn_hidden_size`."""
     n_dense_layers: NonNegativeInt = 0
     """Leading layers that keep a dense MLP of `ffn_hidden_size` (DeepSeek `first_k_dense_replace`)."""
+    layer_step: PositiveInt = 1
+    """Every `layer_step`-th layer after the leading dense ones is MoE, the others dense
+    (Llama-4 `interleave_moe_layer_step` 2 for Maverick; Megatron `--moe-layer-freq`); 1 = all."""
+    n_groups: PositiveInt | None = None
+    """Group-limited routing: the experts form this many groups (DeepSeek-V3 `n_group` 8;
+    Megatron `--moe-router-num-groups`); None = no groups."""
+    topk_groups: PositiveInt | None = None
+    """Group-limited routing: a token's experts come from this many groups (DeepSeek-V3
+    `topk_group` 4; Megatron `--moe-router-group-topk`)."""
 
     @model_validator(mode="after")
     def _check(self) -> MoESpec:
@@ -34,6 +43,13 @@ class MoESpec(Spec):
                 f"`top_k` ({self.top_k}) cannot exceed `n_experts` ({self.n_experts}): "
                 "a token is routed to distinct experts"
             )
+        if (self.n_groups is None) != (self.topk_groups is None):
+            raise ValueError("group-limited routing needs both `n_groups` and `topk_groups` "
+                             "(e.g. 8 and 4 for DeepSeek-V3), or neither")
+        if self.n_groups is not None and (self.n_experts % self.n_groups
+                                          or self.topk_groups > self.n_groups):
+            raise ValueError(f"`n_groups` ({self.n_groups}) must divide `n_experts` "
+                             f"({self.n_experts}) and be at least `topk_groups` ({self.topk_groups})")
         if self.shared_expert_ffn_hidden_size is not None and not self.n_shared_experts:
             raise ValueError(
                 "`shared_expert_ffn_hidden_size` is given but `n_shared_experts` is 0; "
@@ -111,6 +127,10 @@ class ModelSpec(Spec):
     """Mixture-of-experts table; absent for a dense model."""
     mla: MLASpec | None = None
     """Multi-head latent attention table; absent for standard (GQA/MHA) attention."""
+    mtp_layers: NonNegativeInt = 0
+    """Multi-token-prediction modules (DeepSeek-V3 `num_nextn_predict_layers` 1; Megatron
+    `--mtp-num-layers`): each one more transformer block of the model's last kind, a 2h -> h
+    projection and one more pass through the shared output head, on the last pipeline stage."""
 
     @model_validator(mode="before")
     @classmethod

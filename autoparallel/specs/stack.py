@@ -21,13 +21,21 @@ ModelCodeName = Literal["fused", "hf", "nanotron", "torchtitan", "paddlenlp"]
 """Model code whose saved tensors the activation ledger follows (`cost.model_code`)."""
 
 AttentionKernel = Literal["flash", "cudnn", "eager"]
+MoEDispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
+"""MoE token dispatchers (`cost.moe_dispatch`): Megatron-Core `--moe-token-dispatcher-type
+alltoall|allgather`, or `flex` with `--moe-flex-dispatcher-backend deepep|hybridep`."""
+MoERouting = Literal["dropless", "balanced", "capacity"]
+"""How tokens spread over experts (`cost.moe_layer.imbalance`)."""
+CudaGraphs = Literal["none", "scoped", "full"]
+"""CUDA graph capture (`cost.moe_layer.host_overhead`)."""
 
 CpCommName = Literal["ring", "a2a", "allgather", "a2a+ring"]
 """A context-parallel form (`specs.layout.CpComm`)."""
 
 STACK_KNOBS = ("gemm_efficiency", "fp8_gemm_efficiency", "fp4_gemm_efficiency",
                "attention_efficiency", "cudnn_attention_efficiency", "elementwise_factor",
-               "step_overhead_ms", "dp_overlap", "ep_overlap", "memory_overhead_gib")
+               "step_overhead_ms", "dp_overlap", "ep_overlap", "memory_overhead_gib",
+               "moe_host_overhead_us", "grouped_gemm_expert_us", "moe_dropless_imbalance")
 """Profile knobs a stack may set: the software's own efficiencies and overheads. Hardware knobs
 (collective bandwidth fractions, latencies, HBM efficiency) stay the GPU preset's."""
 
@@ -99,6 +107,28 @@ class StackSpec(Spec):
     `torch.optim.AdamW` with `foreach`, the CUDA default: `_foreach_sqrt(exp_avg_sqs)` before the
     in-place update); False for fused multi-tensor kernels updating in place (Apex / Transformer
     Engine FusedAdam in Megatron, DeepSpeed FusedAdam, TorchTitan's default `fused`)."""
+    moe_dispatchers: list[MoEDispatcher] = Field(default_factory=lambda: ["alltoall"])
+    """MoE token dispatchers the stack implements."""
+    moe_dispatcher: MoEDispatcher = "alltoall"
+    """Default MoE token dispatcher (`JobSpec.moe_dispatcher`)."""
+    moe_a2a_overlap: bool = False
+    """Whether the EP all-to-all is overlapped with another micro-batch's compute by default."""
+    moe_routing: MoERouting = "dropless"
+    """Default routing (`JobSpec.moe_routing`)."""
+    cuda_graphs: CudaGraphs = "none"
+    """Default CUDA graph capture (`JobSpec.cuda_graphs`)."""
+    cuda_graph_modes: list[CudaGraphs] = Field(default_factory=lambda: ["none"])
+    """CUDA graph captures the stack implements."""
+    moe_shared_expert_overlap: bool = False
+    """Whether shared experts run concurrently with the token dispatch (Megatron
+    `--moe-shared-expert-overlap`; off when the all-to-all overlap is on, which Megatron refuses
+    together with it)."""
+    moe_fused_router: bool = True
+    """Router projection, top-k, softmax/sigmoid and auxiliary loss fused (Megatron
+    `--moe-router-fusion`): its elementwise passes read the fp32 scores once."""
+    moe_router_fp32: bool = True
+    """The router GEMM runs in fp32 (Megatron `--moe-router-dtype fp32`, the MoE guide's advice,
+    set by the Megatron-Bridge MoE recipes): CUDA-core fp32 rate, not the tensor cores."""
     persistent_grads: bool = True
     """Whether gradients live in a buffer that persists across steps (Megatron's contiguous grad
     buffer, DeepSpeed's partitioned gradients); False for PyTorch FSDP / TorchTitan, whose

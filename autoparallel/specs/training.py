@@ -9,7 +9,7 @@ from pydantic import Field, PositiveInt
 from ..limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from ._base import Spec
 from .precision import PrecisionName
-from .stack import ModelCodeName
+from .stack import CudaGraphs, ModelCodeName, MoEDispatcher, MoERouting
 
 
 class TrainingSpec(Spec):
@@ -50,6 +50,18 @@ class TrainingSpec(Spec):
     forward (`cost.memory.stage_memory`)."""
     grad_reduce_dtype: Literal["bf16", "fp32"] | None = None
     """Dtype of the data-parallel gradient reduction; None = the gradient buffer's dtype."""
+
+    moe_dispatcher: MoEDispatcher = "alltoall"
+    """MoE token dispatcher (`cost.moe_dispatch`)."""
+    moe_a2a_overlap: bool = False
+    """EP all-to-all overlapped with another micro-batch's compute (Megatron
+    `--overlap-moe-expert-parallel-comm`; `cost.moe_layer.exposed_dispatch`)."""
+    moe_routing: MoERouting = "dropless"
+    """Token routing: dropless, balanced (forced) or capacity (token dropping)."""
+    moe_capacity_factor: float = Field(1.0, gt=0)
+    """With capacity routing: an expert's token capacity in units of its balanced share."""
+    cuda_graphs: CudaGraphs = "none"
+    """CUDA graph capture: none, scoped (attention and MoE router/preprocess), full."""
 
     tp_comm_overlap: bool = False
     """Whether tensor-parallel collectives are overlapped with the GEMMs that produce and consume

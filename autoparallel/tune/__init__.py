@@ -138,7 +138,7 @@ def _result(session: TuneSession, calibrate: bool, workdir: str | None) -> TuneR
 
     config = session.config
     slug_of = lambda p: (c.slug if (c := session.pool.find(p)) else None)  # noqa: E731
-    every = collect(session.study, slug_of)
+    every = collect(session.study, slug_of, session.fastest_s)
     rows = [r for r in every if r.state != "WAITING"]
     measured = [(r.layout or f"trial {r.number}", r.measured_s) for r in rows
                 if r.measured_s is not None]
@@ -154,10 +154,16 @@ def _result(session: TuneSession, calibrate: bool, workdir: str | None) -> TuneR
 
         pairs = [(Layout.from_slug(r.layout), r.measured_s) for r in rows
                  if r.measured_s is not None and r.layout]
-        if len(pairs) < 2:
+        bogus = [r for r in rows if r.failure == "implausible"]
+        if len(pairs) < 2 and bogus:  # the trials failed as no measurement (tune/plausible.py)
+            refused = (f"{len(bogus)} trial(s) read step times that are no measurement (trial "
+                       f"{bogus[0].number}: {bogus[0].detail}); no efficiency knob explains "
+                       "more than 100 % MFU or a unit mix-up: fix the measurement (--measure, "
+                       "--metric-regex) before calibrating")
+        elif len(pairs) < 2:
             raise SpecError(f"`--calibrate` needs at least 2 measured layouts; the study has "
                             f"{len(pairs)}")
-        if too_fast:
+        elif too_fast:
             refused = ("measurements faster than the GPUs' peak allows (more than 100 % MFU) "
                        "cannot be explained by any efficiency knob: fix the measurement (see "
                        "the warning) before calibrating")

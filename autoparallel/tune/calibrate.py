@@ -68,18 +68,37 @@ def fit_profile(problem: Problem, measured: list[tuple[Layout, float]],
     """Refit `knobs_for(problem)` of `problem.profile` to (layout, step seconds) pairs.
 
     Raises:
-        ValueError: fewer than two measurements.
+        SpecError: a degenerate fit, with the reason: fewer than two distinct measured layouts,
+            a step time that is not a positive finite number, or a prediction or fit whose error
+            is not finite.
     """
+    from ..errors import SpecError
     from ..validation.calibrate import _Model, fit
 
-    if len(measured) < 2:
-        raise ValueError(f"calibration needs at least 2 measured layouts, got {len(measured)}")
+    bad = [t for _, t in measured if not (isinstance(t, (int, float)) and np.isfinite(t) and t > 0)]
+    if bad:
+        raise SpecError(f"`--calibrate`: cannot fit to step times that are not positive finite "
+                        f"numbers ({', '.join(repr(t) for t in bad[:3])})")
+    distinct = {lay.slug for lay, _ in measured}
+    if len(distinct) < 2:
+        raise SpecError(f"`--calibrate` needs at least 2 distinct measured layouts to fit "
+                        f"anything; the study has {len(distinct)}")
     base = problem.profile
     cases = _cases(problem, measured)
-    res = fit(cases, base, knobs=knobs_for(problem), loss="linear", prior_weight=prior_weight)
-    after = float(np.sqrt(np.mean(res.residuals ** 2)))
     model = _Model(cases, base)
-    before = float(np.sqrt(np.mean((model.log_pred(base) - model.log_meas) ** 2)))
+    with np.errstate(all="ignore"):
+        before = float(np.sqrt(np.mean((model.log_pred(base) - model.log_meas) ** 2)))
+    if not np.isfinite(before):
+        raise SpecError("`--calibrate`: the current profile's predictions of the measured "
+                        "layouts are not finite numbers, so there is no error to reduce")
+    try:
+        res = fit(cases, base, knobs=knobs_for(problem), loss="linear", prior_weight=prior_weight)
+    except ValueError as exc:
+        raise SpecError(f"`--calibrate`: the fit failed ({exc})") from None
+    after = float(np.sqrt(np.mean(res.residuals ** 2)))
+    if not np.isfinite(after):
+        raise SpecError("`--calibrate`: the refit's error is not a finite number (a degenerate "
+                        "fit); the profile is left as it is")
     prof = res.profile
     if not after <= before:  # keep the promise of never being worse on the measurements
         prof, after = base, before
@@ -119,6 +138,6 @@ def write_profile(path: str | Path, cal: Calibration, problem: Problem, study: s
               f"rms_log_error_before = {cal.rms_log_error_before!r}",
               f"rms_log_error_after = {cal.rms_log_error_after!r}",
               f"fitted = [{', '.join(_toml_value(k) for k in cal.fitted)}]"]
-    out = Path(path)
-    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return out
+    from ..output.files import write_whole
+
+    return write_whole("--profile-out", path, "\n".join(lines) + "\n")

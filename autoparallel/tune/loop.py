@@ -35,6 +35,7 @@ from optuna.trial import TrialState
 from ..errors import AutoParallelError
 from ..search.study import PARAM_AXES
 from .claims import current_token, new_token, worker_id
+from .plausible import implausible
 from .command import layout_values, render_exports
 from .runner import Interrupted, run_measurement
 from .study import TuneSession
@@ -149,8 +150,7 @@ def _measure(s: TuneSession, trial, cand) -> None:
                  ("predicted_rank", cand.rank), ("memory_gib", cand.memory_gib),
                  ("worker", worker_id())):
         trial.set_user_attr(k, v)
-    trial_dir = s.workdir / f"trial-{trial.number:05d}-{cand.slug}"
-    trial_dir.mkdir(parents=True, exist_ok=True)
+    trial_dir = claim_dir(s.workdir, f"trial-{trial.number:05d}-{cand.slug}")
     values: dict = layout_values(cfg.problem, cand.layout, trial=trial.number,
                                  study=s.study.study_name, trial_dir=trial_dir,
                                  grad_accum=cand.grad_accum)
@@ -178,12 +178,32 @@ def _measure(s: TuneSession, trial, cand) -> None:
               "measures the layout")
 
 
+def claim_dir(workdir, name: str):
+    """A new directory `workdir/name` for one trial's files (`name-2`, `name-3`, ... when it
+    exists): created exclusively, so no two tune processes sharing a --workdir (other studies,
+    or an earlier run of an in-memory study) ever write or overwrite each other's logs."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 10_000):
+        path = workdir / (name if n == 1 else f"{name}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{workdir / name}: 9,999 directories of that name exist")
+
+
 def _record(s: TuneSession, trial, cand, out) -> None:
     trial.set_user_attr("wall_s", out.wall_s)
     trial.set_user_attr("log", str(out.log_path))
     if out.returncode is not None:
         trial.set_user_attr("returncode", out.returncode)
-    if out.failure is None:
+    why = None if out.failure is not None else implausible(
+        out.step_time_s, fastest_s=s.fastest_s, predicted_s=cand.predicted_s)
+    if why is not None:
+        _drop(s, trial, "implausible", why)
+        s.log(f"trial {trial.number}: {cand.slug} failed (implausible): {why}")
+    elif out.failure is None:
         s.study.tell(trial, out.step_time_s)
         s.log(f"trial {trial.number}: {cand.slug} measured {out.step_time_s:.4g} s")
     else:

@@ -76,7 +76,7 @@ class Candidate:
 def layout_params(lay: Layout) -> dict:
     """Optuna params of a resolved layout (same form as `search.study._params`)."""
     return {"dp": lay.dp, "tp": lay.tp, "pp": lay.pp, "vp": lay.vp, "cp": lay.cp, "ep": lay.ep,
-            "zero": lay.zero, "recompute": lay.recompute.value, "sp": bool(lay.sp),
+            "etp": lay.expert_tp, "zero": lay.zero, "recompute": lay.recompute.value, "sp": bool(lay.sp),
             "micro_batch": lay.micro_batch, "schedule": lay.pipeline_schedule.value,
             "first_stage_layers": lay.stage_layers[0] if lay.stage_layers else 0,
             "last_stage_layers": lay.stage_layers[-1] if lay.stage_layers else 0,
@@ -160,11 +160,12 @@ class CandidatePool:
         measured, the sd term keeps axis values never tried attractive (lower confidence
         bound), so the search explores them before settling.
         """
-        if not measured_s:
+        if not any(t is not None and np.isfinite(t) and t > 0 for t in measured_s.values()):
             return {c.slug: c.predicted_s for c in self.candidates}
         X = self._features()
         row = {c.slug: i for i, c in enumerate(self.candidates)}
-        done = [(row[s], t) for s, t in measured_s.items() if s in row and t > 0]
+        done = [(row[s], t) for s, t in measured_s.items()
+                if s in row and t is not None and np.isfinite(t) and t > 0]
         Xd = X[[i for i, _ in done]]
         pred = np.array([c.predicted_s for c in self.candidates])
         y = np.log(np.array([t for _, t in done]) / pred[[i for i, _ in done]])

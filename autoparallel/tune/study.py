@@ -32,6 +32,8 @@ from ..errors import SpecError
 from ..specs.problem import Problem
 from .claims import MemoryClaims, SqlClaims, normalize_url
 from .command import CommandTemplate
+from ..search.storage_check import storage_message as _storage_message
+from .plausible import fastest_possible_s
 from .pool import CandidatePool, CandidateSampler, make_base_sampler
 from .runner import MetricParser
 
@@ -111,9 +113,7 @@ def open_storage(url: str | None, heartbeat_interval_s: int, grace_period_s: int
                                 or "already exists" in text or "locked" in text):
                 time.sleep(0.2 * (attempt + 1))
                 continue
-            first = _first_line(exc)
-            raise SpecError(f"`--storage` {url!r}: cannot open the Optuna storage "
-                            f"({first})") from None
+            raise SpecError(_storage_message(url, exc, "cannot open the Optuna storage")) from None
     return storage, kwargs
 
 
@@ -134,6 +134,9 @@ class TuneSession:
     """Trials this invocation measured."""
     stop: threading.Event = field(default_factory=threading.Event)
     """Set to stop the workers (Ctrl-C, SIGTERM, an error in one of them)."""
+    fastest_s: float = 0.0
+    """The least time a step of the problem can take (`plausible.fastest_possible_s`); faster
+    measurements are refused as implausible."""
     recovering: threading.Lock = field(default_factory=threading.Lock)
     """Held by the one worker thread that, its own work done, waits for lost trials
     (`loop.recover_lost`)."""
@@ -163,8 +166,8 @@ def open_session(config: TuneConfig, make_pool: Callable[[], CandidatePool],
         study = optuna.create_study(storage=storage, study_name=name, direction="minimize",
                                     load_if_exists=True)
     except Exception as exc:
-        raise SpecError(f"`--storage` {config.storage!r}: cannot create or load study {name!r} "
-                        f"({_first_line(exc)})") from None
+        raise SpecError(_storage_message(config.storage, exc,
+                                         f"cannot create or load study {name!r}")) from None
     attrs = study.user_attrs
     phash = problem_hash(config.problem)
     if "problem_hash" in attrs and attrs["problem_hash"] != phash:
@@ -196,4 +199,5 @@ def open_session(config: TuneConfig, make_pool: Callable[[], CandidatePool],
     rdb = storage if isinstance(storage, RDBStorage) else None
     session = TuneSession(config, study, pool, claims, rdb, Path(workdir), log)
     session._budget = config.trials
+    session.fastest_s = fastest_possible_s(config.problem)
     return session

@@ -257,3 +257,47 @@ def _recompute(row, assumptions: list[str]) -> str | None:
         assumptions.append(f"recompute from the notes: {m.group(1).lower()}")
         return m.group(1).lower()
     return None
+
+
+def moe_settings(row, assumptions: list[str]) -> tuple[dict, dict, list[str] | None]:
+    """(job settings, layout fields, recompute modules) of an MoE run: what the settings side
+    table mined from the source's launch configs says (`runs.SETTINGS_FILE`, columns
+    `setting_*`), else what the row's words say: forced balancing ("force-balance", "fake
+    balanced ... gate") is `balanced` routing, a "tokendrop" run `capacity` routing at factor 1
+    (the token-drop benchmarks' setting [assumed]; only a model marked "(tokendrop)": the
+    footnote "token-dropless unless marked tokendrop" is not a mark), "DeepEP" in the framework the deepep
+    dispatcher. Every value used is counted as an assumption."""
+    job: dict = {}
+    lay: dict = {}
+    mods = None
+    text = f"{row.get('notes') or ''} {row.get('framework') or ''} {row.get('model') or ''}".lower()
+    if not str(row.get("arch_type") or "").lower().startswith("moe"):
+        return job, lay, mods
+    got = {f: str(row.get(f"setting_{f}") or "").strip() for f in
+           ("etp", "moe_dispatcher", "moe_a2a_overlap", "cuda_graphs", "moe_routing",
+            "recompute_modules")}
+    if any(got.values()):
+        assumptions.append("MoE settings from the launch config (moe_settings.csv)")
+    if got["etp"]:
+        lay["etp"] = int(got["etp"])
+    for field in ("moe_dispatcher", "cuda_graphs", "moe_routing"):
+        if got[field]:
+            job[field] = got[field]
+    if got["moe_a2a_overlap"]:
+        job["moe_a2a_overlap"] = got["moe_a2a_overlap"] == "true"
+    if got["recompute_modules"]:
+        from ..specs.layout import RecomputeModule
+
+        known = {m.value for m in RecomputeModule}
+        mods = [m for m in got["recompute_modules"].split("+") if m in known] or None
+    name = str(row.get("model") or "").lower()
+    if re.search(r"\(token ?-?drop\)", name):  # a run the table marks "(tokendrop)"
+        job["moe_routing"], job["moe_capacity_factor"] = "capacity", 1.0
+        assumptions.append("token-drop run: capacity routing at factor 1 (assumed)")
+    elif "moe_routing" not in job and re.search(r"force[- ]balanc|fake balanced", text):
+        job["moe_routing"] = "balanced"
+        assumptions.append("forced balanced routing (the row's notes)")
+    if "moe_dispatcher" not in job and "deepep" in text:
+        job["moe_dispatcher"] = "deepep"
+        assumptions.append("DeepEP dispatcher (the framework column)")
+    return job, lay, mods

@@ -20,25 +20,8 @@ from ..errors import AutoParallelError
 from ..evaluate import evaluate
 from ..units import GiB
 from .modelspec import RowSkip
+from .memory_definitions import FIGURE, definition
 from .runs import RULES, case_from_row
-
-FIGURE = {"allocated": "total", "reserved": "reserved", "device": "device"}
-"""Memory definition -> key of the evaluation's memory dict."""
-
-
-def definition(text: str, status: str) -> str | None:
-    """`allocated`, `reserved`, `device` or None (not stated) from a row's `mem_definition`."""
-    t = (text or "").lower()
-    if "oom" in (status or "").lower() and not t.strip():
-        return None
-    if "max_memory_allocated" in t or "peak allocated" in t:
-        return "allocated"
-    if "reserved" in t:
-        return "reserved"
-    if re.search(r"nvidia-smi|flagperf|gpu memory usage", t):
-        return "device"
-    return None
-
 
 def _job_from_row(row) -> dict:
     """bf16-true training (Lightning: the optimizer state in bf16, ~8 bytes/parameter)."""

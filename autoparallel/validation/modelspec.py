@@ -65,22 +65,35 @@ def stated_params(row) -> float | None:
     return b * 1e9 if b else None
 
 
-def _mla_from_preset(row) -> tuple[dict, dict] | None:
-    """MLA dims the row lacks, from a packaged preset with the same shape (DeepSeek-V3)."""
+def _mla_from_preset(row) -> tuple[dict, dict, int] | None:
+    """MLA dims the row lacks, from a packaged preset with the same shape (DeepSeek-V3): the
+    MLA table, the MoE table and the multi-token-prediction modules."""
     for name in list_models():
         spec = load_model(name)
         if spec.mla is None:
             continue
         if (spec.n_layers, spec.hidden_size, spec.n_heads) == (
                 _int(row, "layers"), _int(row, "hidden"), _int(row, "heads")):
-            return spec.mla.model_dump(), spec.moe.model_dump() if spec.moe else {}
+            return (spec.mla.model_dump(), spec.moe.model_dump() if spec.moe else {},
+                    spec.mtp_layers)
     return None
+
+
+PRESET_BY_NAME = ((r"\bkimi[ _-]?k2\b", "kimi-k2"),)
+"""Rows that name a model with a published config but print no architecture: the preset built
+from that config (presets/models/*.toml, each with its Hugging Face source)."""
 
 
 def model_from_row(row) -> tuple[ModelSpec, list[str]]:
     """(`ModelSpec`, assumptions) for one row; raises `RowSkip` when the columns are incomplete."""
     need = {c: _int(row, c) for c in ("layers", "hidden", "heads", "vocab")}
     missing = [c for c, v in need.items() if not v]
+    name = str(row.get("model") or "")
+    preset = next((p for pat, p in PRESET_BY_NAME if re.search(pat, name, re.I)), None)
+    if missing and preset:
+        spec = load_model(preset)
+        return spec.model_copy(update={"name": name.strip() or spec.name}), [
+            f"architecture from the {preset} preset (the row prints none)"]
     if missing:
         raise RowSkip("architecture incomplete (" + ", ".join(missing) + " missing)")
     text = _text(row)
@@ -127,11 +140,20 @@ def model_from_row(row) -> tuple[ModelSpec, list[str]]:
         found = _mla_from_preset(row)
         if found is None:
             raise RowSkip("MLA attention dimensions not given")
-        spec["mla"], preset_moe = found
+        spec["mla"], preset_moe, mtp = found
         spec.pop("n_kv_heads", None)
         if "moe" in spec and "n_dense_layers" not in spec["moe"]:
             spec["moe"]["n_dense_layers"] = preset_moe.get("n_dense_layers", 0)
+        if "moe" in spec and preset_moe.get("n_groups") and spec["moe"]["n_experts"] == \
+                preset_moe.get("n_experts"):
+            spec["moe"]["n_groups"] = preset_moe["n_groups"]
+            spec["moe"]["topk_groups"] = preset_moe["topk_groups"]
         assumptions.append("MLA head dims from the matching preset")
+        # the model's multi-token-prediction modules unless the row says "w/o MTP" (Megatron-
+        # Bridge's DeepSeek-V3 recipes train mtp_num_layers = 1 by default)
+        if mtp and not re.search(r"w/?o mtp|without mtp|no mtp", f"{name} {text}", re.I):
+            spec["mtp_layers"] = mtp
+            assumptions.append(f"{mtp} MTP module(s) (the matching preset)")
 
     family = "swiglu" if GATED.search(name) or re.search(r"swiglu", text, re.I) \
         else "gelu" if UNGATED.search(name) else None

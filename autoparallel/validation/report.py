@@ -17,7 +17,7 @@ from ..cost.arch import build_arch
 from ..evaluate import TIME_KEYS, evaluate
 from ..specs.hardware import Profile
 from ..units import GiB, TFLOPS
-from .memory_check import FIGURE
+from .memory_definitions import FIGURE
 from .runs import RULES, RunCase
 
 TIME_PARTS = tuple(k for k in TIME_KEYS if k != "step")
@@ -156,5 +156,9 @@ def plot(pred: pd.DataFrame, path: str, title: str = "predicted vs measured step
     ax.set_title(title + " (dotted: +-20%)")
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    from ..output.files import save_figure
+
+    try:
+        save_figure(fig, "--plot", path, dpi=120)
+    finally:
+        plt.close(fig)

@@ -40,8 +40,9 @@ from ..specs.model import ModelSpec
 from ..specs.problem import Problem
 from ..units import GB, GiB
 from .conventions import measured_step_s
+from .memory_definitions import definition
 from .derive import (_job_overrides, _layout, _precision, _recompute, _stack, _zero, gpu_preset,
-                     network_gbps)
+                     moe_settings, network_gbps)
 from .modelspec import RowSkip, _int, _num, model_from_row
 from .recipes import match as recipe_match
 
@@ -123,8 +124,6 @@ the `LogItem`s of each training step), which the Ultra-Scale Playbook's heatmap 
 
 def _mem_definition(row) -> str:
     """`allocated` (the default: `torch.cuda.max_memory_allocated`), `reserved` or `device`."""
-    from .memory_check import definition
-
     src = str(row.get("source_key") or "")
     if src in SOURCE_MEMORY_DEFINITIONS:
         return SOURCE_MEMORY_DEFINITIONS[src]
@@ -192,6 +191,14 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
                                f"({gpu} preset {preset:g})")
     zero = _zero(row, assumptions)
     lay = _layout(row, n_gpus, gbs, zero, assumptions)
+    moe_job, moe_lay, moe_modules = moe_settings(row, assumptions)
+    job |= moe_job
+    lay |= moe_lay
+    if model.moe is not None and "etp" not in lay and lay["tp"] > 1 and \
+            (lay["dp"] * lay["cp"]) % lay["ep"]:
+        # EP beyond DP x CP runs only folded (ETP x EP x EDP = TP x CP x DP): with expert TP 1
+        lay["etp"] = 1
+        assumptions.append("ep > dp x cp: expert TP 1 (parallel folding)")
     found_recipe = recipe_match(row, gpu, lay)
     if found_recipe is not None:
         # what the published recipe ran beyond the table's layout (`validation.recipes`)
@@ -224,7 +231,9 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
         if split:
             lay["stage_layers"] = split
     rc = _recompute(row, assumptions)
-    if rc is None and found_recipe is not None and found_recipe.recompute is not None:
+    if rc is None and moe_modules:  # the launch config's named recompute modules
+        rc, lay["recompute_modules"] = "selective", moe_modules
+    elif rc is None and found_recipe is not None and found_recipe.recompute is not None:
         rc = found_recipe.recompute
         if found_recipe.recompute_layers:
             lay["recompute_layers"] = found_recipe.recompute_layers
@@ -254,8 +263,44 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
     )
 
 
-def read_runs(path) -> pd.DataFrame:
-    """Read a runs CSV; reject the file (SpecError) when it is unreadable or lacks columns."""
+SETTINGS_FILE = "moe_settings.csv"
+"""Side table next to a runs CSV: `row_id, field, value, source` rows with the settings a run
+states elsewhere than in its row (MoE expert TP, dispatcher, overlap, CUDA graphs, recompute
+modules mined from the source's launch configs: benchmarks/mine_bridge_recipes.py)."""
+SETTING_FIELDS = ("etp", "moe_dispatcher", "moe_a2a_overlap", "cuda_graphs", "moe_routing",
+                  "recompute_modules")
+
+
+def read_settings(path) -> pd.DataFrame | None:
+    """The side table of settings (`SETTINGS_FILE`), one column `setting_<field>` per field
+    indexed by row_id, plus `setting_sources`; None when the file does not exist."""
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise SpecError(f"{path}: not a readable CSV ({str(exc).strip()})") from None
+    missing = {"row_id", "field", "value", "source"} - set(table.columns)
+    if missing:
+        raise SpecError(f"{path}: missing column(s) {', '.join(sorted(missing))}; a settings table "
+                        "has row_id, field, value, source")
+    unknown = sorted(set(table["field"]) - set(SETTING_FIELDS))
+    if unknown:
+        raise SpecError(f"{path}: unknown field(s) {', '.join(unknown)}; known: "
+                        f"{', '.join(SETTING_FIELDS)}")
+    wide = table.pivot_table(index="row_id", columns="field", values="value", aggfunc="last")
+    wide.columns = [f"setting_{c}" for c in wide.columns]
+    wide["setting_sources"] = table.groupby("row_id")["source"].agg(lambda s: "; ".join(sorted(set(s))))
+    return wide
+
+
+def read_runs(path, settings="auto") -> pd.DataFrame:
+    """Read a runs CSV; reject the file (SpecError) when it is unreadable or lacks columns.
+    `settings`: a side table of further settings per row (`SETTINGS_FILE`); "auto" reads the
+    one next to the runs file when there is one, None reads none."""
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     except FileNotFoundError:
@@ -274,6 +319,14 @@ def read_runs(path) -> pd.DataFrame:
                         f"{', '.join(MEASURE_COLUMNS)}")
     if "row_id" not in frame.columns:
         frame["row_id"] = [f"row{i + 1}" for i in range(len(frame))]
+    if settings == "auto":
+        from pathlib import Path
+
+        settings = Path(path).with_name(SETTINGS_FILE)
+    wide = read_settings(settings) if settings is not None else None
+    if wide is not None:
+        frame = frame.merge(wide, how="left", left_on="row_id", right_index=True)
+        frame = frame.fillna("")
     return frame
 
 

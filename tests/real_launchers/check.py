@@ -162,6 +162,33 @@ def megatron_core_cp(args: dict) -> dict:
                 hierarchical=tc.hierarchical_context_parallel_sizes)
 
 
+def megatron_groups(args: dict) -> dict:
+    """Megatron-Core's own rank grids (parallel_state.RankGenerator, as initialize_model_parallel
+    builds them: the dense grid tp-cp-ep-dp-pp with ep = 1, the expert grid with tp = etp, ep,
+    dp = edp, cp = 1, both in the default order), and for each group kind the size, the most
+    ranks of one group on one node and the nodes one group spans (nodes of `per_node` GPUs)."""
+    from megatron.core.parallel_state import RankGenerator
+
+    tp, cp, dp, pp = args["tp"], args["cp"], args["dp"], args["pp"]
+    etp, ep, per_node = args["etp"], args["ep"], args["per_node"]
+    world = tp * cp * dp * pp
+    edp = world // (etp * ep * pp)
+    order = "tp-cp-ep-dp-pp"
+    dense = RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order=order)
+    expert = RankGenerator(tp=etp, ep=ep, dp=edp, pp=pp, cp=1, order=order)
+    assert dense.get_ranks("pp") == expert.get_ranks("pp")
+
+    def shape(groups):
+        nodes = [{r // per_node for r in g} for g in groups]
+        per = [max(sum(1 for r in g if r // per_node == n) for n in ns) for g, ns in zip(groups, nodes)]
+        return dict(size=len(groups[0]), per_node=max(per), nodes=max(len(n) for n in nodes))
+
+    return dict(tp=shape(dense.get_ranks("tp")), cp=shape(dense.get_ranks("cp")),
+                dpcp=shape(dense.get_ranks("dp-cp")), etp=shape(expert.get_ranks("tp")),
+                ep=shape(expert.get_ranks("ep")), edp=shape(expert.get_ranks("dp")),
+                pp=shape(dense.get_ranks("pp")))
+
+
 def megatron_split(args: dict) -> dict:
     """Decoder layers Megatron-Core builds on each pipeline rank and model chunk from the parsed
     pipeline flags: TransformerConfig (with its split checks) and `get_num_layers_to_build`, the
@@ -214,6 +241,7 @@ if __name__ == "__main__":
                "torchtitan_split": lambda: torchtitan_split(arg),
                "megatron_core": lambda: megatron_core(json.loads(arg)),
                "megatron_core_cp": lambda: megatron_core_cp(json.loads(arg)),
+               "megatron_groups": lambda: [megatron_groups(a) for a in json.loads(arg)],
                "megatron_split": lambda: megatron_split(json.loads(arg)),
                "nanotron": lambda: nanotron(arg)}
     try:
