@@ -28,7 +28,11 @@ JOB_COLUMNS = JOB_FIELDS
 """Optional columns: every job setting (`JobSpec`); a blank cell takes the stack's default."""
 _OPTIONAL_DEFAULTS = {"gpus_per_node": 8, "dp": None, "vp": 1, "cp": 1, "ep": 1, "etp": None,
                       "zero": 1,
-                      "recompute": "none", "sp": None, "micro_batch": 1}
+                      "recompute": "none", "sp": None, "micro_batch": 1, "cp_comm": None,
+                      "cp_a2a": None}
+LAYOUT_OPTIONAL = ("cp_comm", "cp_a2a")
+"""Optional layout columns: the context-parallel form (ring when blank) and the hierarchical
+form's all-to-all group."""
 SPLIT_COLUMN = "stage_layers"
 """Optional column: layers per pipeline stage (`7,8x14,7`); blank = even, or the balanced split
 `plan` takes where pp x vp does not divide the layers (`search.splits.with_default_split`). The
@@ -122,7 +126,7 @@ def read_layouts_csv(path: str | Path) -> pd.DataFrame:
             f"{', '.join(INPUT_COLUMNS)}"
         )
     for col in _OPTIONAL_DEFAULTS:
-        if col not in frame.columns:
+        if col not in frame.columns and col not in LAYOUT_OPTIONAL:
             frame[col] = ""
     return frame
 
@@ -147,6 +151,8 @@ def score_frame(frame: pd.DataFrame, profile: str | None = None) -> pd.DataFrame
                 cp=_int(row, "cp"), ep=_int(row, "ep"), etp=_int(row, "etp"), zero=zero,
                 recompute=rc,
                 sp=_bool(row, "sp"), micro_batch=_int(row, "micro_batch"),
+                cp_comm=_text(row, "cp_comm") if "cp_comm" in row else None,
+                cp_a2a=_int(row, "cp_a2a") if "cp_a2a" in row else None,
                 stage_layers=_split(row),
             )
             parsed.append((key, layout))

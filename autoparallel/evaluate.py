@@ -17,7 +17,8 @@ from .errors import SpecError
 from .layouts import LayoutTable, edp
 from .rules import Reject, check_rules, explain
 from .cost.stages import stage_layer_counts
-from .specs.layout import RECOMPUTE_NAMES, SCHEDULE_NAMES, Layout, RecomputeModule, mask_modules
+from .specs.layout import (CP_COMM_CODES, CP_COMM_NAMES, RECOMPUTE_NAMES, SCHEDULE_NAMES, CpComm,
+                           Layout, RecomputeModule, mask_modules)
 from .specs.problem import Problem
 from .units import GiB, TFLOPS
 
@@ -32,6 +33,19 @@ TIME_KEYS = TIME_ITEMS + ("step",)
 """Keys of `time_s` in the estimate JSON, in order."""
 LAYOUT_KEYS = ("dp", "tp", "pp", "vp", "cp", "ep", "etp", "edp", "zero", "recompute", "sp",
                "micro_batch", "grad_accum", "stage_layers", "schedule")
+_A2A_RING = CP_COMM_CODES[CpComm.A2A_RING]
+
+
+def cp_form_columns(t) -> tuple[np.ndarray, np.ndarray]:
+    """(`cp_comm`, `cp_a2a`) of every row: the context-parallel form's name (None when cp = 1)
+    and the all-to-all group of the hierarchical form (None otherwise), as the estimate JSON,
+    the CSV columns and the slug give them."""
+    cp, cc, cu = t["cp"], t["cc"], t["cu"]
+    names = np.array([CP_COMM_NAMES[int(c)].value if p > 1 else None for c, p in zip(cc, cp)],
+                     dtype=object)
+    a2a = np.array([int(u) if p > 1 and c == _A2A_RING else None for c, p, u in zip(cc, cp, cu)],
+                   dtype=object)
+    return names, a2a
 
 
 @dataclass(frozen=True)
@@ -85,8 +99,13 @@ class Evaluation:
             return one.record(0, one.bands())
         t = self.table
         m = int(self.time["m"][i])
-        layout = {k: int(t[k][i]) for k in ("dp", "tp", "pp", "vp", "cp", "ep", "etp")}
+        layout = {k: int(t[k][i]) for k in ("dp", "tp", "pp", "vp", "cp")}
         layout |= {
+            "cp_comm": (CP_COMM_NAMES[int(t["cc"][i])].value if t["cp"][i] > 1 else None),
+            "cp_a2a": (int(t["cu"][i]) if t["cp"][i] > 1 and t["cc"][i] == _A2A_RING
+                       else None),
+            "ep": int(t["ep"][i]),
+            "etp": int(t["etp"][i]),
             "edp": int(edp(t)[i]),
             "zero": int(t["zero"][i]),
             "recompute": RECOMPUTE_NAMES[int(t["rc"][i])].value,
@@ -176,6 +195,7 @@ class Evaluation:
         cols["micro_batch"] = t["mb"]
         cols["grad_accum"] = self.time["m"].astype(np.int64)
         cols["schedule"] = np.array([SCHEDULE_NAMES[int(c)].value for c in t["sch"]], dtype=object)
+        cols["cp_comm"], cols["cp_a2a"] = cp_form_columns(t)
         cols["first_stage_layers"] = t["lf"]
         cols["last_stage_layers"] = t["ll"]
         for k in MEMORY_KEYS:
@@ -293,6 +313,21 @@ def _layout_error(problem: Problem, lay: Layout, flags: int) -> str:
             f"`seq_len` ({tr.seq_len}) must be divisible by 2 x cp = {2 * lay.cp} when cp > 1 and, "
             f"with SP, its CP share by tp = {lay.tp}"
         )
+    if flags & Reject.CP_HEADS:
+        u = lay.cp if lay.cp_form == CpComm.A2A else (lay.cp_a2a or 1)
+        q = m.n_heads // lay.tp
+        kv = max(m.kv_heads // min(lay.tp, m.kv_heads), 1)
+        extra = " (or a multiple of them: this stack replicates KV heads)" \
+            if problem.stack.cp_kv_replicate else ""
+        lines.append(
+            f"context-parallel form `{lay.cp_form.value}` splits the heads over all-to-all groups "
+            f"of {u}: each TP rank's {q} query heads and {kv} KV heads must divide by {u}{extra}; "
+            "use ring or allgather, a smaller cp (or cp_a2a), or a smaller tp")
+    if flags & Reject.CP_WINDOW:
+        lines.append(
+            f"context-parallel form `{lay.cp_form.value}` passes K, V around a ring, which "
+            f"Transformer Engine does not run with sliding-window attention (window "
+            f"{m.sliding_window}); use a2a or allgather")
     if flags & Reject.BATCH:
         lines.append(
             f"`global_batch` ({tr.global_batch}) must be divisible by dp x micro_batch = "

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .specs.layout import (
-    RECOMPUTE_CODES, RECOMPUTE_NAMES, SCHEDULE_CODES, SCHEDULE_NAMES, Layout, Recompute,
-    default_schedule, mask_modules, modules_mask,
+    CP_COMM_CODES, CP_COMM_NAMES, RECOMPUTE_CODES, RECOMPUTE_NAMES, SCHEDULE_CODES,
+    SCHEDULE_NAMES, CpComm, Layout, Recompute, default_schedule, mask_modules, modules_mask,
 )
 
 COLUMNS = ("dp", "tp", "pp", "vp", "cp", "ep", "etp", "zero", "rc", "sp", "mb", "lf", "ll", "sch",
-           "rn", "rm", "ao", "oo")
+           "rn", "rm", "ao", "oo", "cc", "cu")
 """Column names; `etp` the expert tensor-parallel degree (always explicit: tp where the layout
 leaves it at Megatron's default; the expert data-parallel degree is tp x cp x dp / (etp x ep),
 `edp`); `rc` is the recompute code (0 none, 1 selective, 2 full), `sp` 0/1, `mb` the
@@ -25,10 +25,12 @@ them in uniform checkpoint groups of N layers (Megatron `--recompute-method unif
 --recompute-num-layers N`; -1 = groups of one); `rm` the modules selective recompute (rc = 1)
 re-runs as a bitmask (`specs.layout.MODULE_BITS`; 0 = the default, core_attn); `ao` the
 transformer layers per pipeline stage whose activations are offloaded to the host; `oo` the
-optimizer state offloaded to the host, percent."""
-OPTIONAL_COLUMNS = ("etp", "lf", "ll", "sch", "rn", "rm", "ao", "oo")
+optimizer state offloaded to the host, percent; `cc` the context-parallel form code
+(`specs.layout.CP_COMM_CODES`: 0 ring, 1 a2a, 2 allgather, 3 a2a+ring; 0 when cp = 1) and `cu`
+the all-to-all group size of the hierarchical form (a2a+ring; 1 otherwise)."""
+OPTIONAL_COLUMNS = ("etp", "lf", "ll", "sch", "rn", "rm", "ao", "oo", "cc", "cu")
 """Columns `from_arrays` fills when omitted: expert TP = TP, even split, default schedule for the
-row's vp, every layer recomputed, default modules, nothing offloaded."""
+row's vp, every layer recomputed, default modules, nothing offloaded, ring context parallelism."""
 
 
 def edp(t) -> np.ndarray:
@@ -84,6 +86,8 @@ class LayoutTable:
             recompute_group=-c["rn"] if c["rn"] < -1 and c["rc"] == 2 else None,
             recompute_modules=mask_modules(c["rm"]) if c["rc"] == 1 else None,
             offload_layers=c["ao"], optimizer_offload=c["oo"] / 100.0,
+            cp_comm=CP_COMM_NAMES[c["cc"]] if c["cp"] > 1 else None,
+            cp_a2a=c["cu"] if c["cp"] > 1 and c["cc"] == CP_COMM_CODES[CpComm.A2A_RING] else None,
         )
 
 
@@ -107,21 +111,25 @@ class LayoutTable:
             "rm": [modules_mask(r.recompute_modules) for r in rows],
             "ao": [r.offload_layers for r in rows],
             "oo": [round(r.optimizer_offload * 100) for r in rows],
+            "cc": [CP_COMM_CODES[r.cp_form] for r in rows],
+            "cu": [r.cp_a2a or 1 for r in rows],
         }
         return cls({k: np.asarray(v, dtype=np.int64) for k, v in data.items()}, n_layers)
 
     @classmethod
     def from_arrays(cls, n_layers: int = 0, **arrays) -> LayoutTable:
         """Build from keyword arrays (broadcast to a common length); `etp` defaults to `tp`
-        (Megatron's expert TP), `lf`, `ll` to 0 (even split), `sch` to the default schedule of each row's vp, `rn` to all layers, `rm`, `ao`,
-        `oo` to 0 (default modules, no offload)."""
+        (Megatron's expert TP), `lf`, `ll` to 0 (even split), `sch` to the default schedule of
+        each row's vp, `rn` to all layers, `rm`, `ao`, `oo` to 0 (default modules, no offload),
+        `cc` to 0 and `cu` to 1 (ring)."""
         arrays = dict(arrays)
         arrays.setdefault("etp", arrays.get("tp", 1))
         arrays.setdefault("lf", 0)
         arrays.setdefault("ll", 0)
         arrays.setdefault("rn", ALL_LAYERS)
-        for k in ("rm", "ao", "oo"):
+        for k in ("rm", "ao", "oo", "cc"):
             arrays.setdefault(k, 0)
+        arrays.setdefault("cu", 1)
         if "sch" not in arrays:
             arrays["sch"] = np.where(np.asarray(arrays["vp"]) > 1, 1, 0)
         b = np.broadcast_arrays(*(np.asarray(arrays[k], dtype=np.int64) for k in COLUMNS))

@@ -11,6 +11,7 @@ from enum import IntFlag
 import numpy as np
 
 from .cost.arch import Arch
+from .cost.context import heads_violated, window_violated
 from .layouts import LayoutTable
 from .specs.problem import Problem
 
@@ -32,6 +33,8 @@ class Reject(IntFlag):
     A2A_OVERLAP = 2048
     MOE_SP = 4096
     LAYER_TYPE = 8192
+    CP_HEADS = 16384
+    CP_WINDOW = 32768
 
 
 @dataclass(frozen=True)
@@ -171,6 +174,14 @@ RULES: tuple[Rule, ...] = (
          "the schedule fixes the chunks per rank (1f1b/zb-h1/dualpipe vp = 1, interleaved vp > 1, "
          "zbv/dualpipev vp = 2) and needs pp > 1; dualpipe needs an even pp and micro-batch "
          "count, dualpipe(v) at least 2 x pp micro-batches", _schedule),
+    Rule("cp_heads", Reject.CP_HEADS,
+         "the all-to-all context-parallel forms (a2a, a2a+ring) split the heads: the query and "
+         "KV heads of a TP rank must divide by the all-to-all group (cp for a2a, cp_a2a for "
+         "a2a+ring), or the group be a multiple of the KV heads where the stack replicates them",
+         heads_violated),
+    Rule("cp_window", Reject.CP_WINDOW,
+         "sliding-window attention runs with the a2a and allgather context-parallel forms only "
+         "(Transformer Engine), not with ring or a2a+ring", window_violated),
     Rule("experts", Reject.EXPERTS,
          "ep must divide the experts, etp the expert FFN width and etp x ep the tp x cp x dp "
          "ranks of a stage (ep = 1, etp = tp for dense models)", _experts),

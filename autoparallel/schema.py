@@ -37,7 +37,9 @@ such as the balanced split of a layout whose pp x vp does not divide the layers)
 `job.network` (the network preset or file, `--network`);
 `slug` (the layout's slug, as `--versus` and `export --layout` take it) and
 `memory_risk` (the memory band's upper end above the usable memory) per estimate and ranked
-layout, `robustness.memory_over`.
+layout, `robustness.memory_over`; `layout.cp_comm` (the context-parallel form: ring, a2a,
+allgather, a2a+ring; null when cp = 1) and `layout.cp_a2a` (the hierarchical form's all-to-all
+group), `time_s.cp_comm` and `memory_gib.overhead` costing the layout's form.
 `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 
@@ -59,6 +61,14 @@ class LayoutOut(_Out):
     """Virtual pipeline stages (model chunks) per pipeline rank."""
     cp: int
     """Context-parallel degree."""
+    cp_comm: Literal["ring", "a2a", "allgather", "a2a+ring"] | None
+    """With cp > 1, how the CP ranks exchange what attention needs: ring (K, V passed around,
+    Megatron-Core `--cp-comm-type p2p`), a2a (DeepSpeed-Ulysses all-to-alls over the heads),
+    allgather (K, V of the whole sequence gathered), a2a+ring (hierarchical: a2a inside groups
+    of `cp_a2a`, ring across); null when cp = 1."""
+    cp_a2a: int | None
+    """With cp_comm a2a+ring: ranks per all-to-all group (Megatron-Core
+    `--hierarchical-context-parallel-sizes cp_a2a cp/cp_a2a`); null otherwise."""
     ep: int
     """Expert-parallel degree (1 for dense models)."""
     etp: int

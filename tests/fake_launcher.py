@@ -53,8 +53,9 @@ def main(argv: list[str]) -> int:
         world = json.load(f)
     slug = args.layout
     # the per-axis flags, when given, must agree with the slug (they come from one layout); an
-    # uneven stage split (`pp16[7,8x14,7]`) is not a flag
-    plain = re.sub(r"\[[^\]]*\]", "", slug)
+    # uneven stage split (`pp16[7,8x14,7]`) and a context-parallel form (`cp8:a2a2+ring4`) are
+    # not degree flags
+    plain = re.sub(r":[^-]*", "", re.sub(r"\[[^\]]*\]", "", slug))
     for axis, key in (("dp", "dp"), ("tp", "tp"), ("pp", "pp"), ("vp", "vp"), ("cp", "cp"),
                       ("ep", "ep"), ("zero", "z"), ("micro_batch", "mb")):
         value = getattr(args, axis)

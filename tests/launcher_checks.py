@@ -107,6 +107,7 @@ def megatron_parser() -> _Parser:
     a("--account-for-loss-in-pipeline-split", action="store_true")
     a("--context-parallel-size", type=int, default=1)
     a("--cp-comm-type", nargs="+", default=["p2p"])
+    a("--hierarchical-context-parallel-sizes", nargs="+", type=int, default=None)
     a("--expert-model-parallel-size", type=int, default=1)
     a("--expert-tensor-parallel-size", type=int, default=None)
     a("--moe-token-dispatcher-type", choices=["allgather", "alltoall", "flex"], default="allgather")
@@ -193,6 +194,25 @@ def megatron_layout(words: list[str], world: int, env: dict) -> dict:
     _need(not g.tp_comm_overlap or g.sequence_parallel, "--tp-comm-overlap asserts SP (§1.1)")
     if cp > 1:
         _need(g.seq_length % (2 * cp) == 0, "seq_length % (2*CP) != 0")
+    # context-parallel form: one --cp-comm-type for every layer, passed unchanged to Transformer
+    # Engine's attn_forward_func_with_cp (p2p, all_gather, a2a, a2a+p2p); a2a+p2p needs the
+    # hierarchical sizes, whose product is CP (Megatron-LM validate_args)
+    _need(len(g.cp_comm_type) == 1 or len(g.cp_comm_type) == g.num_layers,
+          "--cp-comm-type: one value or one per layer")
+    comm = g.cp_comm_type[0]
+    _need(comm in ("p2p", "all_gather", "a2a", "a2a+p2p"),
+          f"Transformer Engine: unsupported cp_comm_type {comm!r}")
+    hier = g.hierarchical_context_parallel_sizes
+    if hier:
+        _need(math.prod(hier) == cp, "prod(hierarchical-context-parallel-sizes) != CP")
+    if comm == "a2a+p2p":
+        _need(hier is not None and len(hier) == 2, "a2a+p2p needs two hierarchical CP sizes")
+    a2a = {"a2a": cp, "a2a+p2p": hier[0] if hier else 1}.get(comm, 1)
+    if cp > 1 and a2a > 1:  # TE: "requires num_heads % cp_size == 0 for Q, K, V"
+        _need((heads // tp) % a2a == 0, "query heads per TP rank % a2a group != 0")
+        _need(max(groups // tp, 1) % a2a == 0, "KV heads per TP rank % a2a group != 0")
+    cp_comm = {"p2p": "ring", "all_gather": "allgather", "a2a": "a2a",
+               "a2a+p2p": "a2a+ring"}[comm] if cp > 1 else None
     layers = g.num_layers
     first, last = g.decoder_first_pipeline_num_layers, g.decoder_last_pipeline_num_layers
     emb, loss = g.account_for_embedding_in_pipeline_split, g.account_for_loss_in_pipeline_split
@@ -313,6 +333,7 @@ def megatron_layout(words: list[str], world: int, env: dict) -> dict:
     return dict(grad_dtype=grad, precision=precision,
                 fp8_param_gather=bool(g.fp8_param_gather or g.fp4_param),
                 dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, etp=etp,
+                cp_comm=cp_comm, cp_a2a=hier[0] if cp_comm == "a2a+ring" else None,
                 zero=zero, recompute=rc, stage_layers=split,
                 sp=bool(g.sequence_parallel and tp > 1), micro_batch=mbs, micro_batches=m,
                 world=world, args=g)
@@ -473,10 +494,15 @@ def torchtitan_layout(text: str, world: int, n_layers: int) -> dict:
         _need(rep == 1, "HSDP is not what the plan costs")
     mode = cfg.get("activation_checkpoint", {}).get("mode", "selective")
     model = cfg.get("model", {})
+    # K, V exchange of PyTorch's context-parallel SDPA (launchers.md §3.2): all-gather once
+    # (default) or around the ring by all-to-all permutes
+    rotate = par.get("context_parallel_rotate_method", "allgather")
+    _need(rotate in ("allgather", "alltoall"), f"context_parallel_rotate_method {rotate!r}")
+    cp_comm = {"allgather": "allgather", "alltoall": "ring"}[rotate] if cp > 1 else None
     # without EP the experts follow TP; with EP the sparse mesh's etp axis (0.2.x; 1 in 0.3,
     # whose ParallelismConfig has no such key)
     return dict(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, etp=etp if ep > 1 else tp, zero=zero,
-                recompute=mode, sp=tp > 1,
+                recompute=mode, sp=tp > 1, cp_comm=cp_comm, cp_a2a=None,
                 stage_layers=stage_layers, micro_batch=mbs, micro_batches=m, world=world, seq_len=seq, global_batch=gbs,
                 model=(model.get("name", "llama3"), model.get("flavor", "debugmodel")),
                 grad_dtype=tr.get("mixed_precision_reduce", "float32"), config=cfg)
@@ -513,6 +539,8 @@ def torchtitan_module_layout(text: str, world: int, n_layers: int) -> dict:
     v = module = torchtitan_module_values(text)
     tr = {k: x for k, x in v["training"].items() if k != "disable_cuda_graphs"}
     par = {k: x for k, x in v["parallelism"].items() if k != "enable_sequence_parallel"}
+    _need("context_parallel_rotate_method" not in par,
+          "0.3 ParallelismConfig has no context_parallel_rotate_method (launchers.md §3.1)")
     if par.get("pipeline_parallel_degree", 1) > 1:
         _need(v["training"].get("disable_cuda_graphs") is True,
               "0.3.0: CUDA graphs do not support pipeline parallelism")
@@ -527,23 +555,29 @@ def torchtitan_module_layout(text: str, world: int, n_layers: int) -> dict:
 # --------------------------------------------------------------------------- DeepSpeed JSON
 
 DS_KEYS = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
-           "bf16", "zero_optimization", "data_types", "activation_checkpointing"}
+           "bf16", "zero_optimization", "data_types", "activation_checkpointing",
+           "sequence_parallel_size"}
 
 
 def deepspeed_layout(text: str, world: int) -> dict:
     """Parse a DeepSpeed config and apply `_batch_assertion` with the data-parallel size of a
-    run without mpu or mesh: the world size (launchers.md §4.1, §4.3)."""
+    run without mpu or mesh: the world size, or world / sequence_parallel_size when that key is
+    there (Ulysses; launchers.md §4.1, §4.3)."""
     cfg = json.loads(text)
     _need(set(cfg) <= DS_KEYS, f"unexpected keys {set(cfg) - DS_KEYS}")
     gbs, mbs = cfg["train_batch_size"], cfg["train_micro_batch_size_per_gpu"]
     accum = cfg["gradient_accumulation_steps"]
-    _need(gbs == mbs * accum * world, "train_batch_size != micro * grad_acc * world_size")
+    sp = cfg.get("sequence_parallel_size", 1)
+    _need(isinstance(sp, int) and sp >= 1 and world % sp == 0, "world % sequence_parallel_size")
+    dp = world // sp
+    _need(gbs == mbs * accum * dp, "train_batch_size != micro * grad_acc * world / sp")
     stage = cfg.get("zero_optimization", {}).get("stage", 0)
     _need(stage in (0, 1, 2, 3), "zero stage")
     _need(cfg.get("bf16", {}).get("enabled") is True, "the plan assumes bf16")
     recompute = "full" if "activation_checkpointing" in cfg else "none"
     grad = cfg.get("data_types", {}).get("grad_accum_dtype")
-    return dict(dp=world, tp=1, pp=1, vp=1, cp=1, ep=1, etp=1, zero=stage, recompute=recompute,
+    return dict(dp=dp, tp=1, pp=1, vp=1, cp=sp, cp_comm="a2a" if sp > 1 else None, cp_a2a=None,
+                ep=1, etp=1, zero=stage, recompute=recompute,
                 sp=False, micro_batch=mbs, micro_batches=accum, world=world, global_batch=gbs,
                 grad_dtype=grad, overlap_comm=cfg["zero_optimization"].get("overlap_comm"),
                 config=cfg)
@@ -582,6 +616,7 @@ def nanotron_layout(text: str, world: int) -> dict:
         _need(mc.get("_attn_implementation") == "llama3_ring_attention", "CP needs ring attention")
     mbs, accum = tok["micro_batch_size"], tok["batch_accumulation_per_replica"]
     return dict(dp=dp, tp=tp, pp=pp, vp=1, cp=cp, ep=ep, etp=tp, zero=zero,
+                cp_comm="allgather" if cp > 1 else None, cp_a2a=None,
                 recompute="full" if par.get("recompute_layer") else "none",
                 sp=mode == "REDUCE_SCATTER", micro_batch=mbs, micro_batches=accum, world=world,
                 grad_dtype="fp32" if cfg["optimizer"].get("accumulate_grad_in_fp32") else "bf16",

@@ -71,6 +71,8 @@ class Lay:
     rc: int = 0
     sp: bool = False
     mb: int = 1
+    cc: str = "ring"  # context-parallel form: ring, a2a, allgather, a2a+ring
+    cu: int = 1  # a2a+ring: ranks per all-to-all group (the ring spans cp / cu of them)
 
 
 class Hand:
@@ -314,19 +316,69 @@ class Hand:
         kS = self.m.k * 2 * self.tokens(x) * self.m.h
         return self.all_gather(kS, x.tp) + self.reduce_scatter(kS, x.tp)
 
-    def cp_layer(self, x: Lay) -> float:
-        """Ring attention (reference §5.6): c - 1 KV hops forward, each of this rank's K and V
-        chunk, (2 k_v + 2 k_v) bytes per token over min(t, g), hidden behind one block of
-        attention (1/c of the rank's forward); the backward sends KV and dKV, 2 x, behind 2.5 x."""
+    def cp_bytes(self, x: Lay) -> dict[str, float]:
+        """Bytes per token one TP rank holds of Q (2 a d / t), K and V (2 g d / min(t, g) each)
+        and the attention output (2 a d / t), bf16."""
+        m, t = self.m, x.tp
+        kv_t = min(t, m.g)
+        return {"q": 2 * m.q / t, "k": 2 * m.kv / kv_t, "v": 2 * m.kv / kv_t, "o": 2 * m.q / t}
+
+    def cp_layer(self, x: Lay, allgather_overlap: bool = False) -> float:
+        """CP communication of one layer, one micro-batch, by form, every group inside one node:
+
+        - ring (Liu et al. 2023; TE AttnFuncWithCPAndKVP2P; reference §5.6): c - 1 hops of this
+          rank's K and V chunk, hidden behind one block of attention (1/c of the rank's
+          forward); the backward sends K, V and dK, dV together, 2x, behind 2.5x;
+        - a2a (DeepSpeed-Ulysses, arXiv 2309.14509 Sec. 3): all-to-all of Q, K, V (the rank's T
+          tokens) before attention and of the output after it, the same for dO and dQ, dK, dV
+          in the backward; nothing overlaps (attention needs every head's whole sequence);
+        - allgather (Llama 3 report Sec. 3.3.2; TE AttnFuncWithCPAndKVAllGather: "exposed"):
+          all-gather of K and of V (c T tokens out), again in the backward plus a reduce-scatter
+          of dK and dV; or (PyTorch's rotater) each pass hidden behind its first block;
+        - a2a+ring: the a2a over cu ranks, then the ring over c / cu with T cu tokens of 1/cu
+          of the heads (the same K, V bytes per hop), each hop behind 1/(c/cu) of the attention.
+        Full recompute repeats the forward's."""
         if x.cp == 1:
             return 0.0
-        m = self.m
-        step = self.p2p(self.tokens(x) * 4 * m.kv / min(x.tp, m.g))
-        attn = self.layer_attention(x)
-        fwd = (x.cp - 1) * self.hidden(step, attn / x.cp)
-        bwd = (x.cp - 1) * self.hidden(2 * step, 2.5 * attn / x.cp)
+        b, T, attn = self.cp_bytes(x), self.tokens(x), self.layer_attention(x)
         full = 1.0 if x.rc == 2 else 0.0
-        return fwd * (1 + full) + bwd
+        out = 0.0
+        if x.cc in ("ring", "a2a+ring"):
+            r = x.cp // x.cu
+            step = self.p2p(T * (b["k"] + b["v"]))
+            fwd = (r - 1) * self.hidden(step, attn / r)
+            bwd = (r - 1) * self.hidden(2 * step, 2.5 * attn / r)
+            out += fwd * (1 + full) + bwd
+        if x.cc in ("a2a", "a2a+ring"):
+            u = x.cp if x.cc == "a2a" else x.cu
+            one = sum(self.all_to_all(T * b[k], u) for k in ("q", "k", "v", "o"))
+            out += one * (2 + full)
+        if x.cc == "allgather":
+            c = x.cp
+            ag = self.all_gather(c * T * b["k"], c) + self.all_gather(c * T * b["v"], c)
+            rs = self.reduce_scatter(c * T * b["k"], c) + self.reduce_scatter(c * T * b["v"], c)
+            if allgather_overlap:
+                fwd, bwd = self.hidden(ag, attn / c), self.hidden(ag + rs, 2.5 * attn / c)
+            else:
+                fwd, bwd = ag, ag + rs
+            out += fwd * (1 + full) + bwd
+        return out
+
+    def cp_buffers(self, x: Lay) -> float:
+        """Transient bytes of the form during a layer's attention (Transformer Engine's CP
+        code): ring: the forward keeps each of its c steps' K, V receive buffers until it
+        returns, the backward two double buffers (K V, dK dV): max(c, 4) x the rank's K, V;
+        a2a: the head-major copy of Q, K, V and the all-to-all's receive buffers, 2 x;
+        allgather: the gathered K, V and their per-step copies (forward), the gathered K, V
+        and the whole-sequence dK, dV (backward): 2c x; a2a+ring: the ring's over c / cu and
+        the a2a's."""
+        if x.cp == 1:
+            return 0.0
+        b, T = self.cp_bytes(x), self.tokens(x)
+        kv, qkv = T * (b["k"] + b["v"]), T * (b["q"] + b["k"] + b["v"])
+        ring = max(x.cp // x.cu, 4) * kv
+        return {"ring": ring, "a2a": 2 * qkv, "allgather": 2 * x.cp * kv,
+                "a2a+ring": ring + 2 * qkv}[x.cc]
 
     def ep_layer(self, x: Lay) -> float:
         """The all-to-all dispatcher per MoE layer and micro-batch (Megatron-Core

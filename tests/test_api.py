@@ -31,7 +31,8 @@ def test_plan_returns_typed_results_and_a_frame():
 
 def test_plan_report_exports_its_layouts():
     report = ap.plan(**KW, top=2)
-    assert report.export("torchtitan", rank=2) == render("torchtitan", report.problem, report.layout(2))
+    # Megatron-LM writes every layout of the megatron-core stack (#2 may use any CP form)
+    assert report.export("megatron", rank=2) == render("megatron", report.problem, report.layout(2))
     with pytest.raises(ap.SpecError, match="holds ranks 1 to 2"):
         report.layout(3)
 

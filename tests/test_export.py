@@ -25,7 +25,8 @@ PROBLEMS = {
     "deepseek-v3/256": ("deepseek-v3", "h100", 256, 4096, 1024),
     "gpt3/128": ("gpt3-175b", "a100-80gb", 128, 2048, 1536),
 }
-AXES = ("dp", "tp", "pp", "vp", "cp", "ep", "etp", "zero", "recompute", "sp", "micro_batch")
+AXES = ("dp", "tp", "pp", "vp", "cp", "cp_comm", "cp_a2a", "ep", "etp", "zero", "recompute",
+        "sp", "micro_batch")
 
 
 def sample_layouts(problem, n=120, seed=0):
@@ -63,6 +64,7 @@ def expected(problem, layout, target):
     job = Job.of(problem, layout)
     lay = job.layout.model_dump()
     lay["recompute"] = str(job.layout.recompute)
+    lay["cp_comm"] = job.layout.cp_form.value if job.layout.cp > 1 else None
     lay["etp"] = job.layout.expert_tp
     axes = AXES
     if target.startswith("torchtitan"):
@@ -114,14 +116,17 @@ def test_what_deepspeed_and_nanotron_can_express(name):
                            global_batch=PROBLEMS[name][4])
     for layout in sample_layouts(problem, n=60, seed=1):
         lay = layout.resolved(problem.cluster.n_gpus)
-        pure_dp = (lay.tp, lay.pp, lay.cp, lay.ep, lay.expert_tp) == (1, 1, 1, 1, 1) \
+        # DeepSpeed's one context-parallel form is Ulysses (sequence_parallel_size: a2a)
+        ulysses = lay.cp == 1 or lay.cp_form.value == "a2a"
+        pure_dp = (lay.tp, lay.pp, lay.ep, lay.expert_tp) == (1, 1, 1, 1) and ulysses \
             and lay.recompute != "selective"
         assert (not check("deepspeed", problem, layout)) == pure_dp, lay.slug
         nano_ok = (lay.vp == 1 and lay.recompute != "selective" and lay.ep == 1 and lay.zero <= 1
                    and lay.etp is None  # no parallel folding: experts follow TP
                    and lay.pipeline_schedule == "1f1b" and not lay.stage_layers
                    and not (lay.zero == 1 and lay.cp > 1) and problem.model.kv_heads >= lay.tp
-                   and problem.model.activation == "swiglu")  # Nanotron's Llama is gated-SiLU
+                   and problem.model.activation == "swiglu"  # Nanotron's Llama is gated-SiLU
+                   and (lay.cp == 1 or lay.cp_form.value == "allgather"))  # llama3_ring_attention
         assert (not check("nanotron", problem, layout)) == nano_ok, lay.slug
 
 

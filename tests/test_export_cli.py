@@ -46,14 +46,24 @@ def test_rank_exports_the_planned_layout():
     # keeps ~1.6x the activations and only micro-batch 1 fits: cost/model_code.py)
     problem = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512, stack="deepspeed",
                            model_code="fused")
-    ds = plan(problem, top=2, target="deepspeed")
-    assert len(ds.ranked) == 2 and check("deepspeed", problem, plan(problem, top=1).ranked.table.row(0))
+    ds = plan(problem, top=3, target="deepspeed")
+    # DeepSpeed-Ulysses launches #1 and #2 of the plan; #3 is a pipeline, which DeepSpeed's JSON
+    # cannot build, so #3 of `plan --target deepspeed` is another layout
+    anyone = plan(problem, top=3).ranked.table
+    assert len(ds.ranked) == 3 and check("deepspeed", problem, anyone.row(2))
+    assert not check("deepspeed", problem, ds.ranked.table.row(2))
     hf = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512, stack="deepspeed")
-    assert len(plan(hf, top=2, target="deepspeed").ranked) == 1
-    r = run_cli("export", "--target", "deepspeed", *PROBLEM, "--model-code", "fused", "--rank", "2")
+    from autoparallel.search.space import SearchSpace
+
+    assert len(plan(hf, top=2, target="deepspeed", space=SearchSpace(cp=[1])).ranked) == 1
+    # with DeepSpeed-Ulysses (cp > 1, form a2a) micro-batch 2 over cp 2 holds the same tokens
+    # per GPU, so the Ulysses rows fit too
+    ulysses = plan(hf, top=2, target="deepspeed").ranked
+    assert len(ulysses) == 2 and ulysses.table.row(1).cp_form.value == "a2a"
+    r = run_cli("export", "--target", "deepspeed", *PROBLEM, "--model-code", "fused", "--rank", "3")
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)
-    want = ds.ranked.table.row(1)
+    want = ds.ranked.table.row(2)
     assert (got["zero_optimization"]["stage"], got["train_micro_batch_size_per_gpu"]) == (
         want.zero, want.micro_batch)
 

@@ -6,7 +6,7 @@ Tolerance: 1e-9 relative (the derivations are exact arithmetic of the same formu
 
 import pytest
 
-from autoparallel import Layout, ModelSpec, estimate, make_problem
+from autoparallel import Layout, LayoutTable, ModelSpec, estimate, make_problem
 from ledger_hand import GiB, Dims, Hand, Lay
 
 DENSE = Dims(L=8, h=2048, a=16, g=4, d=128, f=5632, V=32000)
@@ -30,7 +30,9 @@ def run(m: Dims, x: Lay, seq=4096, gb=16, **job):
     """(estimate record, hand model) of layout `x` on one 8-GPU H100 node."""
     p = make_problem(spec(m), "h100", 8, seq_len=seq, global_batch=gb, **job)
     lay = Layout(dp=x.dp, tp=x.tp, pp=x.pp, vp=x.vp, cp=x.cp, ep=x.ep, zero=x.zero,
-                 recompute={0: "none", 2: "full"}[x.rc], sp=x.sp, micro_batch=x.mb)
+                 recompute={0: "none", 2: "full"}[x.rc], sp=x.sp, micro_batch=x.mb,
+                 cp_comm=x.cc if x.cp > 1 else None,
+                 cp_a2a=x.cu if x.cc == "a2a+ring" else None)
     return estimate(p, lay), Hand(p, m)
 
 
@@ -168,6 +170,142 @@ def test_cp_ring_hops(seq):
         assert step > attn / 4  # exposed: the excess counts
         assert H.cp_layer(x) == pytest.approx(
             3 * H.hidden(step, attn / 4) + 3 * H.hidden(2 * step, 2.5 * attn / 4), rel=REL)
+
+
+# ------------------------------------------------------------------------------ CP forms
+
+CP_FORMS = [
+    Lay(dp=2, tp=2, cp=2, sp=True, cc="a2a"),            # heads 8 / 2, KV heads 2 / 2
+    Lay(dp=2, tp=1, cp=4, cc="a2a"),                     # heads 16 / 4, KV heads 4 / 4
+    Lay(dp=2, tp=2, cp=2, sp=True, cc="a2a", rc=2),      # the recomputed forward's a2a again
+    Lay(dp=1, tp=2, cp=4, sp=True, cc="allgather"),
+    Lay(dp=2, tp=1, cp=4, cc="allgather", rc=2),
+    Lay(dp=1, tp=1, cp=8, cc="a2a+ring", cu=2),          # a2a over 2, ring over 4
+    Lay(dp=1, tp=2, cp=4, sp=True, cc="a2a+ring", cu=2),  # a2a over 2, ring over 2
+    Lay(dp=1, tp=1, cp=8, cc="ring"),                    # ring of 8: 8 forward buffers
+]
+
+
+@pytest.mark.parametrize("seq", [8192, 1024])
+@pytest.mark.parametrize("x", CP_FORMS)
+def test_cp_forms_time_and_buffers(x, seq):
+    # every form inside the node, at a long and a short sequence (at 1024 the ring hops and
+    # the torch-style all-gather outrun their blocks); buffers: the overhead item's CP term
+    # beside the fixed GEMM workspaces (64 MiB, `test_overhead_transients_by_hand`)
+    rec, H = run(DENSE, x, seq=seq)
+    assert rec["layout"]["cp_comm"] == x.cc
+    assert rec["layout"]["cp_a2a"] == (x.cu if x.cc == "a2a+ring" else None)
+    assert rec["time_s"]["cp_comm"] == pytest.approx(
+        H.micro_batches(x) * DENSE.L * H.cp_layer(x), rel=REL)
+    if x.rc == 0:
+        assert rec["memory_gib"]["overhead"] * GiB == pytest.approx(
+            64 * 2 ** 20 + H.cp_buffers(x), rel=REL)
+
+
+def test_cp_a2a_by_hand():
+    # tp 2, cp 2, seq 4096: T = 2048 tokens per rank; per token of a TP rank Q 2 x 2048 / 2,
+    # K and V 2 x 512 / 2 each, output 2 x 2048 / 2 bytes; four all-to-alls over 2 ranks (half
+    # of each leaves, one NVLink step), forward and backward, exposed; 16 micro-batches of 8
+    # layers
+    x = Lay(dp=2, tp=2, cp=2, sp=True, cc="a2a")
+    rec, H = run(DENSE, x)
+    T = 2048
+    one = sum((14 + 1.9) * 1e-6 + 0.5 * T * w / (0.82 * 450e9) for w in (2048, 512, 512, 2048))
+    assert rec["time_s"]["cp_comm"] == pytest.approx(H.micro_batches(x) * 8 * 2 * one, rel=REL)
+    # GQA: the ring would move only K, V (1024 bytes a token) once, the a2a 5120 bytes
+    ring, _ = run(DENSE, Lay(dp=2, tp=2, cp=2, sp=True))
+    assert ring["time_s"]["cp_comm"] < rec["time_s"]["cp_comm"]
+    # buffers: twice the rank's Q, K, V: 2 x 2048 x (2048 + 512 + 512)
+    assert H.cp_buffers(x) == 2 * T * 3072
+
+
+def test_cp_allgather_by_hand():
+    # tp 2, cp 4, seq 4096: T = 1024; K and V all-gathered (4 T x 512 bytes out each, 3 of 4
+    # quarters arrive, 3 steps), again backward with the reduce-scatters of dK, dV; exposed
+    x = Lay(dp=1, tp=2, cp=4, sp=True, cc="allgather")
+    rec, H = run(DENSE, x)
+    one = (14 + 3 * 1.9) * 1e-6 + 0.75 * 4 * 1024 * 512 / (0.82 * 450e9)
+    assert rec["time_s"]["cp_comm"] == pytest.approx(
+        H.micro_batches(x) * 8 * (2 * one + 4 * one), rel=REL)
+    # the gathered K, V twice over: 2 x 4 x 1024 x (512 + 512)
+    assert H.cp_buffers(x) == 2 * 4 * 1024 * 1024
+
+
+def test_cp_allgather_hides_behind_the_first_block_where_the_stack_issues_it_there():
+    # TorchTitan (PyTorch's _AllGatherRotater): the all-gather is issued with the local block
+    x = Lay(dp=1, tp=2, cp=4, sp=True, cc="allgather", zero=1)
+    for seq in (8192, 1024):
+        rec, H = run(DENSE, x, seq=seq, stack="torchtitan")
+        assert rec["time_s"]["cp_comm"] == pytest.approx(
+            H.micro_batches(x) * 8 * H.cp_layer(x, allgather_overlap=True), rel=REL)
+        assert H.cp_layer(x, allgather_overlap=True) < H.cp_layer(x)
+
+
+def test_cp_a2a_heads_rule_and_kv_replication():
+    # TE: the KV heads of a TP rank (4 / 2 = 2) must divide by the a2a group (4): refused with
+    # the reason; a2a+ring with groups of 2 runs; DeepSpeed replicates KV heads up to the group
+    from autoparallel.errors import SpecError
+
+    with pytest.raises(SpecError, match="2 KV heads must divide by 4"):
+        run(DENSE, Lay(dp=1, tp=2, cp=4, sp=True, cc="a2a"))
+    rec, _ = run(DENSE, Lay(dp=1, tp=2, cp=4, sp=True, cc="a2a+ring", cu=2))
+    assert rec["layout"]["cp_a2a"] == 2
+    x = Lay(dp=1, tp=1, cp=8, cc="a2a", zero=1)
+    with pytest.raises(SpecError, match="4 KV heads must divide by 8"):
+        run(DENSE, x)
+    rec, H = run(DENSE, x, stack="deepspeed")
+    # K and V replicated from 4 to 8 heads before the all-to-all: 2 x 8 x 128 bytes a token
+    T = 512
+    b = H.cp_bytes(x)
+    one = sum(H.all_to_all(T * w, 8) for w in (b["q"], 2 * b["k"], 2 * b["v"], b["o"]))
+    assert b["k"] == 2 * 4 * 128 and b["q"] == 2 * 16 * 128
+    assert rec["time_s"]["cp_comm"] == pytest.approx(H.micro_batches(x) * 8 * 2 * one, rel=REL)
+
+
+def test_cp_a2a_needs_the_query_heads_too():
+    # 12 query heads over 4 KV heads, DeepSpeed (KV heads replicated up to the group): cp 8 as
+    # a2a keeps the KV rule (8 a multiple of 4) but 12 query heads do not split 8 ways; cp 4 does
+    from autoparallel.errors import SpecError
+
+    twelve = Dims(L=8, h=1536, a=12, g=4, d=128, f=4096, V=32000)
+    with pytest.raises(SpecError, match="12 query heads and 4 KV heads must divide by 8"):
+        run(twelve, Lay(dp=1, cp=8, cc="a2a"), stack="deepspeed")
+    rec, H = run(twelve, Lay(dp=2, cp=4, cc="a2a", zero=1), stack="deepspeed")
+    assert rec["time_s"]["cp_comm"] == pytest.approx(
+        H.micro_batches(Lay(dp=2, cp=4)) * 8 * H.cp_layer(Lay(dp=2, cp=4, cc="a2a")), rel=REL)
+
+
+def test_cp_sliding_windows_only_with_a2a_and_allgather():
+    # Transformer Engine runs sliding-window attention under CP with a2a and all_gather only
+    # (attn_forward_func_with_cp), so the ring forms are refused for a windowed model
+    from autoparallel.errors import SpecError
+
+    windowed = spec(DENSE).model_copy(update={"sliding_window": 1024})
+    p = make_problem(windowed, "h100", 8, seq_len=4096, global_batch=16)
+    for form, a2a in (("ring", None), ("a2a+ring", 2)):
+        with pytest.raises(SpecError, match="sliding-window"):
+            estimate(p, Layout(dp=2, cp=4, cp_comm=form, cp_a2a=a2a))
+    for form in ("a2a", "allgather"):
+        assert estimate(p, Layout(dp=2, cp=4, cp_comm=form))["layout"]["cp_comm"] == form
+    # a window as long as the sequence is no window
+    whole = make_problem(spec(DENSE).model_copy(update={"sliding_window": 4096}), "h100", 8,
+                         seq_len=4096, global_batch=16)
+    assert estimate(whole, Layout(dp=2, cp=4))["layout"]["cp_comm"] == "ring"
+
+
+def test_cp_hierarchy_places_the_a2a_in_the_node_and_the_ring_across():
+    # 16 GPUs, 8 per node, cp 16 as a2a 8 x ring 2: the all-to-all group is the 8 GPUs of a
+    # node (stride tp = 1), the ring's 2 ranks are 8 apart, one per node
+    import numpy as np
+
+    from autoparallel.cost.context import cp_groups
+
+    p = make_problem(spec(DENSE), "h100", 16, seq_len=32768, global_batch=16)
+    t = LayoutTable.from_layouts([Layout(cp=16, cp_comm="a2a+ring", cp_a2a=8)], 16, 8)
+    g = cp_groups(t, p.cluster.nvlink_domain)
+    assert (g["a2a"].size[0], g["a2a"].nodes[0]) == (8, 1)
+    assert (g["ring"].size[0], g["ring"].per_node[0], g["ring"].nodes[0]) == (2, 1, 2)
+    assert np.all(g["all"].nodes == 2)
 
 
 # ------------------------------------------------------------------------------ PP
@@ -383,13 +521,16 @@ def test_embedding_logits_by_hand():
 def test_overhead_transients_by_hand():
     # fixed: the GEMM workspaces of megatron-core on H100 (PyTorch's cuBLAS workspace, 32 MiB on
     # sm90: CUBLAS_WORKSPACE_CONFIG default ':4096:8', aten CublasHandlePool.cpp; Transformer
-    # Engine's cuBLASLt workspace, 32 MiB on Hopper: TE get_cublas_workspace_size_bytes); CP: two K/V receive buffers 2 x T (4 k_v) / min(t, g); full recompute: one
+    # Engine's cuBLASLt workspace, 32 MiB on Hopper: TE get_cublas_workspace_size_bytes); CP
+    # ring: the backward's two double buffers (K V, dK dV), 4 x T (4 k_v) / min(t, g) (cp 2 < 4:
+    # more than the forward's c receive buffers); full recompute: one
     # layer re-materialised (its no-recompute activations); ZeRO-3: two gathered bf16 units
     # (largest of a layer, the embedding) less the rank's own 1/d, 2 x 2 x unit x (1 - 1/d)
     x = Lay(dp=2, tp=2, cp=2, sp=True, rc=2, zero=3)
     rec, H = run(DENSE, x)
     T = 4096 / 2
-    kv_buffers = 2 * T * 4 * 512 / 2
+    kv_buffers = 4 * T * 4 * 512 / 2
+    assert H.cp_buffers(x) == kv_buffers
     working = H.layer_activations(x, recompute=0)
     layer = H.layer_params(x)[0]
     embed = 32000 * 2048 / 2 * 2  # input embedding + output layer (pp 1: one unit each way)

@@ -325,3 +325,42 @@ def test_ep64_alltoall_inside_an_nvl72_domain_costs_under_a_third_of_b200_nodes(
     assert t_nvl == pytest.approx((14 + 63 * 1.9) * 1e-6 + 63 / 64 * S / (0.76 * 900e9), rel=1e-6)
     assert t_hgx == pytest.approx((14 + 7 * 1.9 + 56 * 4) * 1e-6 + 56 / 64 * S / NIC, rel=1e-6)
     assert t_nvl < t_hgx / 3
+
+
+def test_cp_groups_are_priced_on_the_tiers_they_cross():
+    """Each context-parallel collective runs on its own group (`cost.context.cp_groups`), placed
+    on the tiers like every other: 64 H100 in 8 nodes, TP 1 (CP ranks adjacent), cp 16 as a2a 8 x
+    ring 2 and as a plain ring of 16. On roce-2to1 the 64 GPUs sit in one 256-GPU leaf group (full
+    bisection); on roce-2to1-spread each node is in its own leaf group and every hop between nodes
+    crosses the 2:1 spine. The a2a group of 8 adjacent ranks is one NVLink domain on both: no
+    network term. The ring hop between the two a2a groups (stride 8: the next node) sends one
+    rank's K, V chunk while every rank sends: NIC on the leaf, NIC / 2 across the spine, plus
+    base 14 us + one network step 4 us (module docstring)."""
+    from autoparallel.cost.context import cp_groups
+
+    lay = LayoutTable.from_layouts(
+        [Layout(dp=4, tp=1, cp=16, cp_comm="a2a+ring", cp_a2a=8), Layout(dp=4, tp=1, cp=16)],
+        64, 32)
+    S = 64 * 2**20
+    hops = {}
+    for net in ("roce-2to1", "roce-2to1-spread"):
+        p = make_problem("llama3-8b", "h100", 64, 131072, 64, network=net)
+        g = cp_groups(lay, sizes(p))
+        assert list(g["a2a"].size) == [8.0, 1.0] and list(g["ring"].size) == [2.0, 16.0]
+        assert g["a2a"].units(0)[0] == 1  # inside one NVLink domain
+        hops[net] = collective_time(p, Collective.P2P, S, g["ring"])
+    assert hops["roce-2to1"][0] == pytest.approx(18e-6 + S / NIC, rel=1e-6)
+    assert hops["roce-2to1-spread"][0] == pytest.approx(18e-6 + S / (NIC / 2), rel=1e-6)
+    # the plain ring of 16 (stride 1) leaves each node from one of its 8 ranks only: one sender
+    # per node shares the 2:1 uplinks of 8 GPUs, so it keeps the whole NIC, NIC / max(1, 2 / 8)
+    assert hops["roce-2to1-spread"][1] == pytest.approx(18e-6 + S / NIC, rel=1e-6)
+    # end to end: the CP item grows on the spread spine, and a CP group inside one node does not
+    # notice the network at all
+    def cp_s(layout, net):
+        p = make_problem("llama3-8b", "h100", 64, 131072, 64, network=net)
+        return estimate(p, layout)["time_s"]["cp_comm"]
+
+    across = Layout(dp=4, tp=1, cp=16, cp_comm="a2a+ring", cp_a2a=8, recompute="full")
+    inside = Layout(dp=8, tp=1, cp=8, cp_comm="a2a", recompute="full")
+    assert cp_s(across, "roce-2to1-spread") > cp_s(across, "roce-2to1")
+    assert cp_s(inside, "roce-2to1-spread") == cp_s(inside, "roce-2to1") > 0

@@ -142,3 +142,46 @@ def test_megatron_core_builds_the_planned_split_on_every_rank(model, gpus, pp, v
 def test_nanotron_parallelism_args_accept_the_golden():
     got = parse("nanotron", str(GOLDEN / "nanotron-vp1-no-recompute.yaml"))
     assert got == dict(dp=2, tp=8, pp=4)
+
+
+def test_deepspeed_reads_a_ulysses_export_with_its_own_config_parser(tmp_path):
+    """A DeepSpeed-Ulysses layout (cp 8 as a2a, ZeRO-3) exports `sequence_parallel_size`; DeepSpeed's
+    DeepSpeedConfig, built as the Hugging Face integration builds it (a dict, no mpu), takes the
+    data-parallel size as world / sequence_parallel_size = 64 / 8 and its batch check holds
+    (16 = 1 x 2 x 8); without the key the same file fails that check."""
+    p = make_problem("llama3-8b", "h100", 64, seq_len=32768, global_batch=16, stack="deepspeed")
+    path = tmp_path / "ds.json"
+    path.write_text(render("deepspeed", p, Layout(cp=8, cp_comm="a2a", zero=3)))
+    got = parse("deepspeed_sp", str(path), "64")
+    assert got == dict(world_size=8, sequence_parallel_size=8, train_batch_size=16, micro=1,
+                       accum=2, zero=3)
+    bad = json.loads(path.read_text())
+    bad["sequence_parallel_size"] = 1  # a world of 64 data-parallel ranks: 16 != 1 x 2 x 64
+    path.write_text(json.dumps(bad))
+    r = subprocess.run([PYTHON, str(HERE / "real_launchers" / "check.py"), "deepspeed_sp",
+                        str(path), "64"], capture_output=True, text=True, timeout=300)
+    assert "AUTOPARALLEL-RESULT" not in r.stdout and "train_batch_size" in r.stderr
+
+
+@pytest.mark.parametrize("layout, comm, hier", [
+    (Layout(tp=2, cp=4, cp_comm="a2a+ring", cp_a2a=2), "a2a+p2p", [2, 2]),
+    (Layout(tp=1, cp=8, cp_comm="a2a"), "a2a", None),
+    (Layout(tp=2, cp=4, cp_comm="allgather"), "all_gather", None),
+    (Layout(tp=2, cp=4), "p2p", None),
+])
+def test_megatron_core_takes_the_exported_cp_form(layout, comm, hier):
+    """Megatron-Core's TransformerConfig accepts the exported --cp-comm-type (the value Transformer
+    Engine's attn_forward_func_with_cp accepts) and hierarchical sizes."""
+    p = make_problem("llama3-8b", "h100", 64, seq_len=32768, global_batch=16)
+    g = vars(megatron_script_layout(render("megatron", p, layout))["args"])
+    got = parse("megatron_core_cp", json.dumps(g))
+    assert got == dict(cp=layout.cp, cp_comm_type=comm, hierarchical=hier)
+
+
+def test_torchtitan_03_loads_an_allgather_cp_export(tmp_path):
+    """TorchTitan 0.3's ConfigManager loads a cp 8 export (its one form, the all-gather)."""
+    p = make_problem("llama3-8b", "h100", 64, seq_len=32768, global_batch=16, stack="torchtitan")
+    module = tmp_path / "ap_cp.py"
+    module.write_text(render("torchtitan", p, Layout(tp=8, cp=8, cp_comm="allgather", zero=1)))
+    got = parse("torchtitan", str(module))
+    assert (got["cp"], got["tp"], got["dp_shard"]) == (8, 8, 1)

@@ -25,7 +25,7 @@ FROZEN = {
     "2": "a71a9639704ee361f283e516af771cd79d128da8061e4510774b30febc5115c4",
     "3": "0ea2f026188a2ea3c19a5b2f4b5d003355881487e586a142b269482624696ab3",
     "4": "742d6be25ac4a583b4cbfcd3c835a0a81cdf1ffe81ef817be10331824454285d",
-    "5": "ca91fc580745f0097ada5d981f4b3c36b508abc488f802aeaf9fd93ce739b3b5",
+    "5": "851ee8be7b06abc2fd40fb5206084ef5726f67de356610665b87def867daabe0",
 }
 """sha256 of each released golden (canonical JSON: sorted keys, no spaces)."""
 OUTPUTS = ("estimate", "plan", "capacity")

@@ -18,6 +18,15 @@ TINY_MOE = ModelSpec(name="tiny-moe", n_layers=4, hidden_size=512, n_heads=8, ff
                      vocab_size=1000, moe=dict(n_experts=4, top_k=2, expert_ffn_hidden_size=512))
 
 
+def naive_cp_forms(cp):
+    """(form code, all-to-all group) of the context-parallel forms of megatron-core, the default
+    stack (ring 0, a2a 1, allgather 2, and a2a+ring 3 with every u, 1 < u < cp, dividing cp);
+    cp = 1 has nothing to exchange: (0, 1)."""
+    if cp == 1:
+        return [(0, 1)]
+    return [(0, 1), (1, 1), (2, 1)] + [(3, u) for u in range(2, cp) if cp % u == 0]
+
+
 def naive_enumeration(problem, max_mb=16, max_vp=16):
     """The candidate set as the issue words it, with plain loops (independent of numpy code).
     Experts fold onto the attention grid (MoE Parallel Folding): etp (1 or tp) x ep divides
@@ -39,11 +48,11 @@ def naive_enumeration(problem, max_mb=16, max_vp=16):
                  ] if E else [(1, tp)]
         mbs = ([b for b in range(1, max_mb + 1) if B % b == 0 and (B // dp) % b == 0]
                if B % dp == 0 else [1])
-        for vp, (ep, etp), zero, rc, sp, mb in itertools.product(vps, grids, range(4), range(3),
-                                                                 (0, 1), mbs):
+        for vp, (ep, etp), zero, rc, sp, mb, (cc, cu) in itertools.product(
+                vps, grids, range(4), range(3), (0, 1), mbs, naive_cp_forms(cp)):
             if sp and tp == 1:
                 continue
-            rows.add((dp, tp, pp, vp, cp, ep, etp, zero, rc, sp, mb))
+            rows.add((dp, tp, pp, vp, cp, ep, etp, zero, rc, sp, mb, cc, cu))
     return rows
 
 
@@ -52,8 +61,8 @@ def test_enumerator_equals_naive_definition(model, n, batch):
     p = make_problem(model, "h100", n, 1024, batch, gpus_per_node=4 if n % 8 else 8)
     # the axes this definition covers: even splits, the default schedule of each vp
     t = enumerate_layouts(p, SearchSpace(schedule=["1f1b", "interleaved"], uneven=False))
-    got = set(zip(*(t[c].tolist()
-                    for c in ("dp", "tp", "pp", "vp", "cp", "ep", "etp", "zero", "rc", "sp", "mb"))))
+    got = set(zip(*(t[c].tolist() for c in ("dp", "tp", "pp", "vp", "cp", "ep", "etp", "zero",
+                                              "rc", "sp", "mb", "cc", "cu"))))
     assert len(got) == len(t)  # no duplicates
     assert got == naive_enumeration(p)
 
@@ -63,12 +72,18 @@ def test_exact_count_small_case():
     # 2^c) with a + b + c <= 3 (dp takes the rest): C(3 + 3, 3) = 20 layouts
     p = make_problem(TINY, "h100", 8, 1024, 16)
     space = SearchSpace(zero=[1], recompute=["none"], micro_batch=[1], vp=[1], sp=[True],
-                        schedule=["1f1b"])
+                        schedule=["1f1b"], cp_comm=["ring"])
     assert len(enumerate_layouts(p, space)) == 20
     # opening zero (4) and recompute (3): x 12; sp on/off doubles the rows with tp > 1
     # (tp > 1 in 20 - 10 = 10 of them, the 10 with a = 0 keep sp off): (20 + 10) x 12 = 360
-    wide = SearchSpace(micro_batch=[1], vp=[1], schedule=["1f1b"])
+    wide = SearchSpace(micro_batch=[1], vp=[1], schedule=["1f1b"], cp_comm=["ring"])
     assert len(enumerate_layouts(p, wide)) == 360
+    # megatron-core's four CP forms: cp = 2^c > 1 rows take ring, a2a, allgather and a2a+ring
+    # once per u with 1 < u < cp dividing cp: cp 2 -> 3 forms, cp 4 -> 4, cp 8 -> 5; the
+    # (a, b) with a + b <= 3 - c number 10, 6, 3, 1 for c = 0..3: 10 + 6 x 3 + 3 x 4 + 1 x 5
+    forms = space.narrowed(cp_comm=["ring", "a2a", "allgather", "a2a+ring"])
+    assert len(enumerate_layouts(p, forms)) == 45
+    assert len(enumerate_layouts(p, space.model_copy(update={"cp_comm": None}))) == 45
 
 
 def test_space_narrows_every_axis():
@@ -278,12 +293,19 @@ def test_plan_target_keeps_only_launchable_layouts():
     # either kept or counted as refused
     same = plan(p, SearchSpace(schedule=["1f1b", "interleaved"]), top=20)
     assert mega.n_fit + mega.reject_counts.get("target_megatron", 0) == same.n_fit
-    # pure data parallelism fits 70B on 64 x 80 GB only with ZeRO-3 and full recompute, which
-    # DeepSpeed writes (the model checkpoints every layer; docs/export.md)
+    # pure data parallelism (or DeepSpeed-Ulysses over dp x cp = 64, its one context-parallel
+    # form) fits 70B on 64 x 80 GB only with ZeRO-3, and with full recompute, which DeepSpeed
+    # writes (the model checkpoints every layer; docs/export.md), unless Ulysses splits the
+    # sequence at least 4 ways: the activations kept without recompute fall as 1/cp (dp64 167.5
+    # GiB, cp2 83.8, cp4 41.9 of ~78 usable)
     ds = plan(p, target="deepspeed")
     assert ds.n_fit > 0 and ds.reject_counts["target_deepspeed"] > 0
     rows = [ds.ranked.table.row(i).resolved(64) for i in range(len(ds.ranked))]
-    assert all((r.dp, r.zero, r.recompute) == (64, 3, "full") for r in rows)
+    assert all((r.dp * r.cp, r.tp, r.pp, r.zero) == (64, 1, 1, 3) for r in rows)
+    assert all(r.recompute == "full" or r.cp >= 4 for r in rows)
+    assert any(r.recompute == "full" for r in rows) and any(r.cp >= 4 and r.recompute == "none"
+                                                            for r in rows)
+    assert all(r.cp == 1 or r.cp_form.value == "a2a" for r in rows)
 
 
 @pytest.mark.parametrize("args", [("mixtral-8x7b", "h100", 64, 4096, 256),

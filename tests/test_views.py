@@ -52,6 +52,7 @@ def test_json_slug_is_the_layout_it_describes(plan_json):
 def test_header_names_stack_and_precision_and_the_usable_range_matches_the_json(plan_json,
                                                                                plan_table):
     first = " ".join(plan_table.split("\n #")[0].split())  # the header, however wrapped
+    # the counts are the JSON's (the layout space includes each CP form of every cp > 1 row)
     assert f"global batch 64; megatron-core, bf16: {plan_json['n_layouts']:,} layouts" in first
     usable = [r["memory_gib"]["usable"] for r in plan_json["ranked"]]
     m = re.search(r"usable memory per GPU: 80 GiB less CUDA context and NCCL buffers, "

@@ -219,6 +219,8 @@ LAYOUT_HELP = {
     "pp": "Pipeline-parallel degree.",
     "vp": "Virtual stages (model chunks) per pipeline rank.",
     "cp": "Context-parallel degree.",
+    "cp_comm": "Context-parallel form with cp > 1 [default: ring].",
+    "cp_a2a": "With --cp-comm a2a+ring: ranks of each all-to-all group, a divisor of cp.",
     "ep": "Expert-parallel degree (MoE).",
     "etp": "Expert tensor-parallel degree (Megatron --expert-tensor-parallel-size; etp x ep may "
            "exceed dp: parallel folding) [default: tp].",
@@ -390,6 +392,10 @@ class SearchOptions:
     pp: _axis("Pipeline-parallel degrees to try.") = None
     vp: _axis("Virtual stages per pipeline rank to try.") = None
     cp: _axis("Context-parallel degrees to try.") = None
+    cp_comm: _axis("Context-parallel forms to try with cp > 1: ring, a2a, allgather, a2a+ring "
+                   "[default: the stack's].") = None
+    cp_a2a: _axis("All-to-all group sizes of the a2a+ring form to try, e.g. 2,4,8 "
+                  "[default: every divisor of cp].") = None
     ep: _axis("Expert-parallel degrees to try (MoE).") = None
     etp: _axis("Expert tensor-parallel degrees to try, e.g. 1,2,4 [default: 1 and tp; etp x ep "
                "may exceed dp: parallel folding].") = None
@@ -437,11 +443,18 @@ class SearchOptions:
 
     def _extras(self) -> dict:
         """Named recompute modules, uniform groups and offload, as search-space fields."""
-        from ..specs.layout import RecomputeModule
+        from ..specs.layout import CpComm, RecomputeModule
 
         out: dict = {"recompute_group": parse_count_list(self.recompute_group, "--recompute-group"),
                      "offload_layers": parse_count_list(self.offload_layers, "--offload-layers",
-                                                        low=0)}
+                                                        low=0),
+                     "cp_a2a": parse_count_list(self.cp_a2a, "--cp-a2a")}
+        if self.cp_comm is not None:
+            names = [x.strip() for x in self.cp_comm.split(",") if x.strip()]
+            known = [f.value for f in CpComm]
+            if not names or any(x not in known for x in names):
+                raise SpecError(f"`--cp-comm` = {self.cp_comm!r}: choose from {', '.join(known)}")
+            out["cp_comm"] = names
         out |= block_recompute_fields(self.recompute_num_layers)
         if self.recompute_modules is not None:
             names = [x.strip() for x in self.recompute_modules.split(",") if x.strip()]

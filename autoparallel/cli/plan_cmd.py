@@ -91,8 +91,8 @@ def print_plan(result, console, vs=None, *, note: str | None = None,
     the ranked layouts, why #1, the robust pick, the bands' basis, the usable memory and the
     layouts at memory risk, #1's largest costs, `vs` against #1, the rules' rejections, the
     Optuna study when one was asked for, and the command that exports #1 (`export`)."""
-    from ..search.explain import (largest_costs, tier_crossings, usable_memory_line, versus,
-                                  why_first)
+    from ..search.explain import (cp_forms_line, largest_costs, tier_crossings,
+                                  usable_memory_line, versus, why_first)
     from ..search.robust import why_recommended
     from .render import layout_slug, ranked_table
 
@@ -122,6 +122,9 @@ def print_plan(result, console, vs=None, *, note: str | None = None,
     console.print(usable_memory_line(records))
     console.print(f"#1 largest costs: {largest_costs(result.ranked, 0)}")
     console.print(f"#1 groups by the outermost tier they cross: {tier_crossings(result.ranked, 0)}")
+    forms = cp_forms_line(result)
+    if forms:
+        console.print(forms)
     if vs is not None:
         console.print(f"versus {versus(result, vs)}")
     if result.reject_counts:

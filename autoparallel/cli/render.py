@@ -23,6 +23,7 @@ def layout_slug(rec: dict) -> str:
         return rec["slug"]
     lay = rec["layout"]
     fields = {k: lay[k] for k in ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "recompute", "sp")}
+    fields |= {k: lay.get(k) for k in ("cp_comm", "cp_a2a")}
     fields["etp"] = lay.get("etp")
     split = lay.get("stage_layers")
     whole = split and len(split) == lay["pp"] and all(float(x).is_integer() for x in split)

@@ -18,6 +18,7 @@ from ..specs.precision import recipe
 from ..specs.problem import Problem
 from ..units import GiB
 from .arch import Arch
+from .context import cp_buffer_bytes
 from .model_code import model_code
 from .device_memory import outside_allocator_bytes, reserved_bytes, workspace_bytes
 from .moe_memory import dispatch_buffer_bytes, routed_activation_bytes
@@ -245,9 +246,9 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
     working = np.where(recomputing & (np.asarray(st.recomputed) > 0), a_none, 0.0)
     if np.any(t["rn"] < -1):  # a uniform group re-materialises N layers at once
         working = working * np.where(t["rc"] == 2, group, 1.0)
-    # CP ring attention: two KV chunks in flight (reference §3.5).
-    kv_div = np.minimum(tp, arch.n_kv_heads)
-    kv_buffers = np.where(cp > 1, 2.0 * tokens * arch.act_attn_kv / kv_div, 0.0)
+    # CP: the buffers of the layout's form during a layer's attention (ring receive buffers,
+    # the all-to-all copies, the gathered K, V; `cost.context.cp_buffer_bytes`)
+    kv_buffers = cp_buffer_bytes(problem, arch, t)
     # torch.autocast over fp32 weights caches the 16-bit cast of every weight it meets until the
     # forward ends (torch.autocast `cache_enabled=True`, PyTorch docs; autocast_mode.cpp caches
     # casts of leaf tensors that require grad): a whole 16-bit copy of the stage's weights, also

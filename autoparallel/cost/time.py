@@ -21,7 +21,8 @@ from ..specs.problem import Problem
 from ..units import MS
 from .arch import Arch
 from .comm import Collective, collective_time, nic_seconds
-from .compute import ATTN_BWD, attention_time, gemm_time, linear_time, memory_bound_time
+from .compute import attention_time, gemm_time, linear_time, memory_bound_time
+from .context import cp_layer_time
 from .moe_dispatch import dispatch_time
 from .moe_layer import exposed_dispatch, hidden_dispatch_nic, moe_ffn
 from .network import sizes as tier_sizes
@@ -149,11 +150,10 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups,
         return f * (1.0 + full) + _hidden_cost(prof, tp_fwd, 2.0 * gemm_f)
 
     def cp_layer(attn_f, full):
-        step = collective_time(problem, Collective.P2P, T * arch.act_attn_kv / kv_div, groups["cp"])
-        # ring attention hides each KV hop behind one block of attention (reference §5.6)
-        f = (cp - 1) * _hidden_cost(prof, step, attn_f / cp)
-        b = (cp - 1) * _hidden_cost(prof, 2.0 * step, ATTN_BWD * attn_f / cp)
-        return np.where(cp > 1, f * (1.0 + full) + b, 0.0)
+        # the layout's context-parallel form: ring hops hidden behind blocks of attention,
+        # Ulysses all-to-alls, the K, V all-gather or both levels of the hierarchy
+        # (`cost.context`; reference §5.6)
+        return cp_layer_time(problem, arch, t, attn_f, full)
 
     # output layer + vocab-parallel cross-entropy on the last stage
     V = arch.vocab

@@ -19,7 +19,8 @@ from ..errors import ExportError
 from ..specs.layout import Layout, Recompute, Schedule
 from ..specs.problem import Problem
 
-HARD_RULES = ("world", "heads", "layers", "seq", "batch", "interleave", "schedule", "experts")
+HARD_RULES = ("world", "heads", "layers", "seq", "batch", "interleave", "schedule", "experts",
+              "cp_heads", "cp_window")
 """autoparallel's own feasibility rules that every launcher shares (launchers.md §7 items 1-3, 5,
 6, 9, 11). `tp_in_node` and `ep_in_node` are performance rules, not launcher limits: a layout
 that breaks them is still exported."""

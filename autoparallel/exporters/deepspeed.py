@@ -10,7 +10,11 @@ code, so a JSON alone would launch a different layout, and the exporter refuses:
 - pipeline stages come from the model's `PipelineModule(num_stages=...)`; no interleaving (§4.1);
 - TP exists only as AutoTP for Hugging Face models (no PP, and its batch check counts the raw
   world size, §4.3), not Megatron-style TP;
-- no ring context parallelism (the `sequence_parallel_size` key is Ulysses all-to-all, §4.1);
+- context parallelism only as DeepSpeed-Ulysses (the layout's form a2a): `sequence_parallel_size`
+  (§4.1), with what the model code must provide (the SP group from
+  `UlyssesSPAttentionHF.register_with_transformers`, the sequence-sharding data loader, the loss
+  over the shards) in the companion note; the ring, all-gather and hierarchical forms are
+  refused with the targets that write them;
 - experts are placed by `deepspeed.moe.layer.MoE(ep_size=...)` in the model (§4.1);
 - selective recompute: DeepSpeed has no core-attention-only mode; what is recomputed is decided
   by the model (§4.1).
@@ -43,10 +47,14 @@ def deepspeed_limits(job: Job) -> list[str]:
             f"pipeline parallelism (pp = {lay.pp}{', vp = %d' % lay.vp if lay.vp > 1 else ''}): "
             "stages are built by the model's PipelineModule, not by the JSON, and DeepSpeed has "
             "no interleaved schedule (docs/export.md, deepspeed row)")
-    if lay.cp > 1:
+    if lay.cp > 1 and lay.cp_form.value != "a2a":
+        who = {"ring": "megatron and slurm (--cp-comm-type p2p), torchtitan --target-version 0.2",
+               "allgather": "megatron and slurm (--cp-comm-type all_gather), torchtitan, nanotron",
+               "a2a+ring": "megatron and slurm (--cp-comm-type a2a+p2p)"}[lay.cp_form.value]
         reasons.append(
-            f"context parallelism (cp = {lay.cp}): DeepSpeed's JSON has no ring context "
-            "parallelism (sequence_parallel_size is Ulysses all-to-all; docs/export.md, deepspeed row)")
+            f"context-parallel form {lay.cp_form.value} (cp = {lay.cp}): DeepSpeed's only form is "
+            f"Ulysses all-to-all (sequence_parallel_size, form a2a); {who} write it "
+            "(docs/export.md, deepspeed row)")
     if lay.ep > 1:
         reasons.append(
             f"expert parallelism (ep = {lay.ep}): set in the model by "
@@ -89,6 +97,10 @@ def config(job: Job) -> dict:
         "zero_optimization": {"stage": lay.zero, "overlap_comm": True,
                               "reduce_bucket_size": bucket, "allgather_bucket_size": bucket},
     }
+    if lay.cp > 1:
+        # DeepSpeed-Ulysses over cp ranks: DeepSpeed takes the data-parallel size as
+        # world / sequence_parallel_size (runtime/config.py), the plan's dp
+        cfg["sequence_parallel_size"] = lay.cp
     if lay.optimizer_offload:
         # ZeRO-Offload: optimizer state and step on the CPU (offload_config.py;
         # `ratio` < 1 is ZeRO-3's partial offload)
@@ -119,6 +131,30 @@ def notes(job: Job) -> str:
         f"{m.vocab_size}, {'SiLU gated MLP' if arch.gated else 'GeLU MLP'}, {arch.norm}, "
         f"{rope}, {'tied' if m.tied_embeddings else 'untied'} embeddings, bf16.",
     ]
+    if lay.cp > 1:
+        mpu = "deepspeed.runtime.sequence_parallel.ulysses_sp"
+        lines += [
+            f"Ulysses sequence parallelism over {lay.cp} ranks (sequence_parallel_size {lay.cp}; "
+            f"{int(lay.dp)} data-parallel replica(s), DeepSpeed's world / sequence_parallel_size). "
+            "The JSON does not build it; the model code must:",
+            f"  1. before loading the model, register the Ulysses attention and make the "
+            f"groups: mpu = {mpu}.UlyssesSPAttentionHF.register_with_transformers("
+            f"model_name_or_path=MODEL, core_attn_implementation='flash_attention_2', "
+            f"sequence_parallel_size={lay.cp}, micro_batch_size={lay.micro_batch}, "
+            f"seq_length={job.problem.training.seq_len}, seq_length_is_variable=False), which "
+            "swaps its wrapper in for that attention, then load the model with "
+            "attn_implementation='flash_attention_2' (the same implementation);",
+            "  2. pass mpu=mpu to deepspeed.initialize (the data-parallel and sequence-parallel "
+            "groups);",
+            f"  3. wrap the data loader in {mpu}.UlyssesSPDataLoaderAdapter(dl, sp_rank, "
+            "sp_group, sp_world_size, device), which splits each batch's input_ids, "
+            "position_ids and labels along the sequence (the batch must carry position_ids "
+            "and shifted labels);",
+            "  4. average the loss over the sequence shards: each rank's loss covers its "
+            "tokens only; weight it by its label tokens and all-reduce over the SP group.",
+            f"The model's heads must divide by {lay.cp} (query heads {m.n_heads}, KV heads "
+            f"{m.kv_heads}: divisible, or {lay.cp} a multiple of them, which replicates K and V).",
+        ]
     if lay.recompute == "full":
         lines.append("Full recompute: the model code must checkpoint every transformer layer, "
                      "e.g. model.gradient_checkpointing_enable() for a Hugging Face model, or "
@@ -134,7 +170,7 @@ class DeepSpeedExporter(Exporter):
 
     name = "deepspeed"
     suffix = ".json"
-    summary = "DeepSpeed config JSON (data parallel + ZeRO 0-3 only)"
+    summary = "DeepSpeed config JSON (data parallel + ZeRO 0-3, Ulysses sequence parallelism)"
 
     def companion(self, job: Job) -> str:
         return notes(job)

@@ -19,8 +19,8 @@ REQUIRED = ("model", "gpu", "n_gpus", "seq_len", "global_batch", "tp", "pp")
 `zero`
 (1), `recompute` (none), `sp` (on with TP) and `micro_batch` (1) take defaults when absent; the
 job settings (`JobSpec` columns: stack, precision, ...) the stack's defaults when absent or blank."""
-OPTIONAL = ("gpus_per_node", "dp", "vp", "cp", "ep", "etp", "zero", "recompute", "sp",
-            "micro_batch", "layout")
+OPTIONAL = ("gpus_per_node", "dp", "vp", "cp", "cp_comm", "cp_a2a", "ep", "etp", "zero",
+            "recompute", "sp", "micro_batch", "layout")
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
@@ -64,14 +64,19 @@ def read_sweep_row(path: str | Path, row: int) -> tuple[Problem, Layout]:
             cp=_int(rec, "cp"), ep=_int(rec, "ep"), etp=_int(rec, "etp"), zero=_int(rec, "zero"),
             recompute=_text(rec, "recompute"), sp=_bool(rec, "sp"),
             micro_batch=_int(rec, "micro_batch"),
+            cp_comm=_text(rec, "cp_comm"), cp_a2a=_int(rec, "cp_a2a"),
         )
         slug = str(rec.get("layout", "") or "").strip()
         if slug and slug.lower() != "nan":
             # the full slug (sweep schema 4) carries what the axis columns cannot: the uneven
             # split, schedule, block/uniform/named recompute and offload; the axes must agree
+            # (the CP form columns too, sweep schema 5; empty ones take the slug's)
             full = Layout.from_slug(slug)
-            axes = ("dp", "tp", "pp", "vp", "cp", "ep", "etp", "zero", "recompute", "sp",
-                    "micro_batch")
+            if not str(rec.get("cp_comm", "") or "").strip():
+                layout = layout.model_copy(update={"cp_comm": full.cp_comm,
+                                                   "cp_a2a": full.cp_a2a})
+            axes = ("dp", "tp", "pp", "vp", "cp", "cp_comm", "cp_a2a", "ep", "etp", "zero",
+                    "recompute", "sp", "micro_batch")
             differ = [k for k in axes if getattr(full, k) != getattr(layout, k)]
             if differ:
                 raise SpecError(f"`layout` = {slug!r} disagrees with the column(s) "

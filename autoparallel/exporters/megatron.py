@@ -10,7 +10,7 @@ configs). Mapping of autoparallel's layout:
 | pp, vp | `--pipeline-model-parallel-size`, `--num-layers-per-virtual-pipeline-stage L/(PP x VP)` |
 | uneven split | `--decoder-first-pipeline-num-layers`, `--decoder-last-pipeline-num-layers` when each stage's layers divide by VP (and VP as `--num-virtual-stages-per-pipeline-rank`, launchers.md §1.1); else `--account-for-embedding-in-pipeline-split` / `--account-for-loss-in-pipeline-split` where counting the embedding and loss as a layer each reproduces the split (Megatron-Bridge's Llama-3.1-405B and Qwen3 recipes); else `--pipeline-model-parallel-layout` (`split_args`) |
 | schedule | 1F1B, or interleaved 1F1B with VP; zero-bubble and DualPipe schedules are refused |
-| cp | `--context-parallel-size` (default `--cp-comm-type p2p`: the ring the cost model prices) |
+| cp | `--context-parallel-size`, `--cp-comm-type` of the form (`CP_COMM_TYPE`), `--hierarchical-context-parallel-sizes u r` for a2a+ring |
 | ep, etp | `--expert-model-parallel-size`, `--expert-tensor-parallel-size` (parallel folding: the expert grid ETP x EP x EDP on the TP x CP x DP ranks, so EP may exceed DP) |
 | zero 0 | plain DDP (no sharding flag) |
 | zero 1 | `--use-distributed-optimizer` (optimizer state sharded over DP x CP) |
@@ -126,7 +126,7 @@ def parallel_args(job: Job) -> list[list]:
     lay, tr = job.layout, job.problem.training
     tp = ["--tensor-model-parallel-size", lay.tp] + (["--sequence-parallel"] if lay.sp else [])
     pp = ["--pipeline-model-parallel-size", lay.pp] + split_args(job)
-    lines = [tp, pp, ["--context-parallel-size", lay.cp]]
+    lines = [tp, pp, cp_args(job)]
     if job.problem.model.moe is not None:
         ep = ["--expert-model-parallel-size", lay.ep,
               "--expert-tensor-parallel-size", lay.expert_tp]
@@ -167,6 +167,25 @@ def parallel_args(job: Job) -> list[list]:
     lines.append(["--micro-batch-size", lay.micro_batch, "--global-batch-size", tr.global_batch])
     lines.append(["--seq-length", tr.seq_len, "--max-position-embeddings", tr.seq_len])
     return lines
+
+
+CP_COMM_TYPE = {"ring": "p2p", "a2a": "a2a", "allgather": "all_gather", "a2a+ring": "a2a+p2p"}
+"""Context-parallel form -> `--cp-comm-type`. Megatron-LM passes the value unchanged through
+`TransformerConfig.cp_comm_type` to Transformer Engine, whose `attn_forward_func_with_cp`
+accepts `p2p`, `all_gather`, `a2a`, `a2a+p2p` (Megatron-LM's help text spells the all-gather
+`allgather`, which TE rejects); a2a+p2p also needs `--hierarchical-context-parallel-sizes`
+(the a2a group first: `create_hierarchical_groups` makes consecutive CP ranks its first level)."""
+
+
+def cp_args(job: Job) -> list:
+    """`--context-parallel-size` and, with cp > 1, the form's flags."""
+    lay = job.layout
+    words = ["--context-parallel-size", lay.cp]
+    if lay.cp > 1:
+        words += ["--cp-comm-type", CP_COMM_TYPE[lay.cp_form.value]]
+        if lay.cp_a2a:
+            words += ["--hierarchical-context-parallel-sizes", lay.cp_a2a, lay.cp // lay.cp_a2a]
+    return words
 
 
 GRAD_FLAG = {"bf16": "--grad-reduce-in-bf16", "fp32": "--accumulate-allreduce-grads-in-fp32"}

@@ -12,7 +12,8 @@ activations the cost model assumes (the default `afab` keeps every micro-batch's
 Refused (not expressible): interleaving (no VP), selective recompute (no such option), EP > 1
 (the rank grid only works for ep = 1 in this version), ZeRO-2/3 (`zero_stage` is 0 or 1),
 ZeRO-1 with CP > 1 (Nanotron shards the optimizer over dp only, the plan over dp x cp), TP above
-the KV heads (`num_key_value_heads >= tp`).
+the KV heads (`num_key_value_heads >= tp`), a context-parallel form other than allgather (its CP
+is `llama3_ring_attention`, which all-gathers K and V).
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ def nanotron_limits(job: Job) -> list[str]:
         reasons.append(f"ZeRO-1 with cp = {lay.cp}: Nanotron shards the optimizer over dp "
                        "only, the plan over dp x cp, so memory would exceed the estimate; use "
                        "zero 0 or cp = 1")
+    if lay.cp > 1 and lay.cp_form.value != "allgather":
+        reasons.append(f"context-parallel form {lay.cp_form.value}: Nanotron's context "
+                       "parallelism is llama3_ring_attention, which all-gathers K and V (form "
+                       "allgather); megatron and slurm write --cp-comm-type "
+                       + {"ring": "p2p", "a2a": "a2a", "a2a+ring": "a2a+p2p"}[lay.cp_form.value])
     if m.activation != "swiglu":
         reasons.append(f"{m.activation} MLP: Nanotron's Llama model is a gated-SiLU, RMSNorm, "
                        "bias-free decoder (LlamaConfig), so it cannot build this model")

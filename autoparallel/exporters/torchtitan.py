@@ -37,6 +37,11 @@ from ..errors import ExportError
 from ..specs.layout import Recompute, stage_layers_slug
 from ._base import Exporter, Job, comments, recompute_of
 
+ROTATE = {"allgather": "allgather", "ring": "alltoall"}
+"""Context-parallel form -> `[parallelism] context_parallel_rotate_method` of the TOML releases
+(<= v0.2.x): PyTorch's context-parallel SDPA all-gathers K, V once (`allgather`, the default) or
+passes them around the ring, one all-to-all permute per step (`alltoall`; `_AllToAllRotater`).
+Release 0.3 has no rotate setting and runs PyTorch's default, the all-gather."""
 RESHARD = {1: "never", 2: "never", 3: "always"}
 """ZeRO stage -> `fsdp_reshard_after_forward`."""
 AC_MODE = {Recompute.NONE: "none", Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}
@@ -215,6 +220,9 @@ def sections(job: Job) -> dict[str, dict]:
             "pipeline_parallel_microbatch_size": lay.micro_batch,
         }
     par["context_parallel_degree"] = lay.cp
+    if lay.cp > 1 and lay.cp_form.value in ROTATE:
+        # the TOML releases' K, V exchange (0.3 has no such setting: its default all-gather)
+        par["context_parallel_rotate_method"] = ROTATE[lay.cp_form.value]
     if job.problem.model.moe is not None:
         par["expert_parallel_degree"] = lay.ep
         par["expert_tensor_parallel_degree"] = lay.expert_tp if lay.ep > 1 else 1
@@ -298,8 +306,9 @@ def expert_reasons(job: Job, line: str) -> list[str]:
     return out
 
 
-def torchtitan_limits(job: Job) -> list[str]:
-    """What the TOML releases cannot run among layouts that pass autoparallel's hard rules."""
+def torchtitan_limits(job: Job, line: str = CURRENT) -> list[str]:
+    """What TorchTitan (release line `line`) cannot run among layouts that pass autoparallel's
+    hard rules."""
     lay, reasons, m = job.layout, [], job.problem.model
     if flavor_of(job) is None:
         known = ", ".join(f"{f.name} {f.flavor}" for f in FLAVORS.values())
@@ -320,6 +329,21 @@ def torchtitan_limits(job: Job) -> list[str]:
         reasons.append(
             "ZeRO-0 (DDP) with tp or pp > 1: TorchTitan's DDP is 1-D only (\"DDP has not "
             "supported > 1D parallelism\", v0.2.2 parallelize.py); use zero 1-3")
+    if lay.cp > 1:
+        form = lay.cp_form.value
+        expressible = ("allgather",) if VERSIONS[line] == "python" else tuple(ROTATE)
+        if form not in expressible:
+            who = {"ring": "megatron and slurm (--cp-comm-type p2p), torchtitan "
+                           "--target-version 0.2 (context_parallel_rotate_method = \"alltoall\")",
+                   "a2a": "megatron and slurm (--cp-comm-type a2a), deepspeed "
+                          "(sequence_parallel_size, without tp and pp)",
+                   "a2a+ring": "megatron and slurm (--cp-comm-type a2a+p2p "
+                               "--hierarchical-context-parallel-sizes)"}[form]
+            have = ("only all-gathers K and V (PyTorch's default rotate method; 0.3 has no "
+                    "rotate setting)" if VERSIONS[line] == "python" else
+                    "exchanges K and V by all-gather or around the ring only")
+            reasons.append(f"context-parallel form {form}: TorchTitan {line} {have}; {who} "
+                           "write it")
     divisor = lay.tp * 2 * lay.cp
     if seq % divisor:
         reasons.append(
@@ -328,9 +352,9 @@ def torchtitan_limits(job: Job) -> list[str]:
     return reasons
 
 
-NOT_IN_03 = {"expert_tensor_parallel_degree"}
+NOT_IN_03 = {"expert_tensor_parallel_degree", "context_parallel_rotate_method"}
 """TOML keys the 0.3.0 `ParallelismConfig` no longer has (with EP its experts take no TP, ETP =
-1; without EP they follow TP: `expert_reasons`)."""
+1; without EP they follow TP: `expert_reasons`; K and V are all-gathered, no rotate setting)."""
 CONFIG_FUNCTION = "autoparallel_config"
 """Name of the function the 0.3 module defines (`--config`)."""
 AC_CLASS = {Recompute.NONE: "None", Recompute.SELECTIVE: "SelectiveAC.Config()",
@@ -392,7 +416,8 @@ class TorchTitanExporter(Exporter):
     uneven_splits = True  # where TorchTitan's split reproduces it; `split_reasons` refuses the rest
 
     def limits(self, job: Job) -> list[str]:
-        return split_reasons(job, self.line) + torchtitan_limits(job) + expert_reasons(job, self.line)
+        return (split_reasons(job, self.line) + torchtitan_limits(job, self.line)
+                + expert_reasons(job, self.line))
 
     def text(self, job: Job) -> str:
         return toml_text(job) if self.suffix == ".toml" else python_text(job)

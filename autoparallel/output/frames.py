@@ -9,8 +9,8 @@ from ..specs.job import JOB_FIELDS
 
 PROBLEM_COLUMNS = ("model", "gpu", "n_gpus", "gpus_per_node", "seq_len", "global_batch") + JOB_FIELDS
 """The problem's numbers and every job setting (`JobSpec`), as `Problem.describe()` gives them."""
-LAYOUT_COLUMNS = ("dp", "tp", "pp", "vp", "cp", "ep", "etp", "edp", "zero", "recompute", "sp",
-                  "micro_batch", "grad_accum", "layout")
+LAYOUT_COLUMNS = ("dp", "tp", "pp", "vp", "cp", "cp_comm", "cp_a2a", "ep", "etp", "edp", "zero",
+                  "recompute", "sp", "micro_batch", "grad_accum", "layout")
 """`layout` is the full slug (`Layout.slug`: uneven split, schedule, block / uniform / named
 recompute, offload), which `export --from` reads back; the other columns are its main axes."""
 RESULT_COLUMNS = (
@@ -28,13 +28,14 @@ after the problem columns. Version 3: + `optimizer_dtype`; `usable_fraction` emp
 allocator margin; + mem_reserved_gib, mem_device_gib, mem_headroom_gib, mem_first_stage_gib,
 mem_last_stage_gib. Version 4: + `model_code`, `torch_compile`, `autocast` (what the model's code
 saves for backward) after `attention`; + time_offload_s (host-link transfers and CPU optimizer step of offloaded layouts)
-after time_optimizer_s; + `layout` (the full slug) after grad_accum. Version 5: + `etp`, `edp`
-(expert tensor- and data-parallel degrees, MoE parallel folding) after `ep`; + the MoE job
-settings `moe_dispatcher`, `moe_a2a_overlap`, `moe_routing`, `moe_capacity_factor`,
-`cuda_graphs` and `fp8_param_gather` after `tp_comm_overlap`; + `network` (the network preset
-or file) before `profile`; + `time_host_s` after `time_offload_s`; + `problem_rows` after `rank`
-(how many rows the problem has: `rank` runs 1..problem_rows, or one 'nothing fits' row), so
-that a resumed sweep keeps a problem only when all its rows are present."""
+after time_optimizer_s; + `layout` (the full slug) after grad_accum. Version 5: + `cp_comm`
+(the context-parallel form, empty when cp = 1) and `cp_a2a` (the hierarchical form's all-to-all
+group) after `cp`; + `etp`, `edp` (expert tensor- and data-parallel degrees, MoE parallel
+folding) after `ep`; + the MoE job settings `moe_dispatcher`, `moe_a2a_overlap`, `moe_routing`,
+`moe_capacity_factor`, `cuda_graphs` and `fp8_param_gather` after `tp_comm_overlap`; + `network`
+(the network preset or file) before `profile`; + `time_host_s` after `time_offload_s`; +
+`problem_rows` after `rank` (how many rows the problem has: `rank` runs 1..problem_rows, or one
+'nothing fits' row), so that a resumed sweep keeps a problem only when all its rows are present."""
 
 
 def ranked_frame(result) -> pd.DataFrame:

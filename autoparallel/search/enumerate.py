@@ -26,7 +26,8 @@ from ..cost.arch import build_arch
 from ..errors import SpecError
 from ..layouts import ALL_LAYERS, COLUMNS, LayoutTable
 from ..limits import MAX_LAYOUTS
-from ..specs.layout import RECOMPUTE_CODES, SCHEDULE_CODES, Schedule, modules_mask
+from ..specs.layout import (CP_COMM_CODES, RECOMPUTE_CODES, SCHEDULE_CODES, CpComm, Schedule,
+                            modules_mask)
 from ..specs.problem import Problem
 from .space import SearchSpace
 from .splits import balanced_splits, layer_weights, output_weight
@@ -115,7 +116,7 @@ def enumerate_valid(problem: Problem, space: SearchSpace | None = None,
                     rules=None) -> Enumerated:
     """The candidates of `enumerate_layouts` that pass `rules` (default: the active rules),
     built without the ones that do not: every rule depends only on the degrees, split,
-    schedule, experts, SP and micro-batch, so rows are checked before they are crossed with
+    schedule, experts, SP, micro-batch and CP form, so rows are checked before they are crossed with
     ZeRO stages and recompute choices, and each rejected row counts once per combination it
     stands for. Equal to filtering `enumerate_layouts` by `check_rules` (same rows, same
     per-rule counts) when no extra axis (recompute groups or blocks, offload) is open; with one
@@ -239,6 +240,9 @@ def _enumerate(problem: Problem, space: SearchSpace, prune=None) -> LayoutTable:
               f"sizes that divide the global batch: "
               + ",".join(str(int(d)) for d in divisors(B)[:16]))
 
+    # the context-parallel forms of the cp > 1 rows (the cp_heads and cp_window rules read them)
+    cols = _with_cp_forms(cols, problem, space)
+
     # ZeRO and recompute last: no rule depends on them, so rows that break a rule can be counted
     # and dropped before these crosses multiply them (`prune`)
     zero_values = pick("zero", [0, 1, 2, 3])
@@ -338,6 +342,62 @@ def _with_extras(cols: dict[str, np.ndarray], problem: Problem, space: SearchSpa
     if space.optimizer_offload is not None:
         cols = _cross(cols, "oo", sorted({0} | {round(x * 100) for x in space.optimizer_offload}))
     return cols
+
+
+def cp_forms(problem: Problem, space: SearchSpace) -> list[CpComm]:
+    """The context-parallel forms a plan searches: the space's (`--cp-comm`), else the ones the
+    job's stack implements (`StackSpec.cp_comm`; none: cp stays 1)."""
+    if space.cp_comm is not None:
+        return [CpComm(f) for f in space.cp_comm]
+    return [CpComm(f) for f in problem.stack.cp_comm]
+
+
+def _with_cp_forms(cols: dict[str, np.ndarray], problem: Problem, space: SearchSpace) -> dict:
+    """Each cp > 1 row crossed with the context-parallel forms searched (`cp_forms`), the
+    hierarchical form once per all-to-all group size u (the space's `cp_a2a`, else every
+    divisor of cp with 1 < u < cp); cp = 1 rows keep code 0 (ring: nothing to exchange). A
+    stack without context parallelism drops the cp > 1 rows, and a `--cp` asking for them
+    anyway is an error naming the stacks and the flag that can."""
+    n = len(cols["cp"])
+    cols["cc"] = np.zeros(n, dtype=np.int64)
+    cols["cu"] = np.ones(n, dtype=np.int64)
+    forms = cp_forms(problem, space)
+    multi = cols["cp"] > 1
+    if not np.any(multi):
+        return cols
+    if not forms:
+        if space.cp is not None and all(c > 1 for c in space.cp):
+            raise SpecError(f"--cp {_values(space, 'cp')}: the {problem.stack.name} stack has no "
+                            "context parallelism (StackSpec.cp_comm is empty); use another "
+                            "--stack (megatron-core, torchtitan, deepspeed) or name the forms "
+                            "to cost anyway with --cp-comm")
+        return _keep(cols, ~multi)
+    single = _keep(cols, ~multi)
+    base = _keep(cols, multi)
+    parts = [single]
+    flat = [f for f in forms if f != CpComm.A2A_RING]
+    if flat:
+        crossed = _cross(base, "cc", [CP_COMM_CODES[f] for f in flat])
+        parts.append(crossed)
+    if CpComm.A2A_RING in forms:
+        sizes = sorted(set(space.cp_a2a)) if space.cp_a2a else \
+            [int(d) for d in divisors(int(base["cp"].max()))]
+        hier = _cross(base, "cu", sizes)
+        cp, u = hier["cp"], hier["cu"]
+        hier = _keep(hier, (u > 1) & (u < cp) & (cp % u == 0))
+        hier["cc"] = np.full(len(hier["cp"]), CP_COMM_CODES[CpComm.A2A_RING], dtype=np.int64)
+        parts.append(hier)
+    total = sum(len(p["cp"]) for p in parts)
+    if total > MAX_LAYOUTS:
+        raise _TooMany(total)
+    out = {k: np.concatenate([p[k] for p in parts]) for k in cols}
+    if not np.any(out["cp"] > 1) and (space.cp_comm is not None or space.cp_a2a is not None):
+        raise SpecError(f"--cp-comm {','.join(f.value for f in forms)}"
+                        + (f" --cp-a2a {_values(space, 'cp_a2a')}" if space.cp_a2a else "")
+                        + ": the hierarchical form a2a+ring needs an all-to-all group size u "
+                        "with 1 < u < cp dividing cp (e.g. cp 8 with u 2 or 4); allow such a "
+                        "cp (--cp) or another form")
+    return out
 
 
 BLOCK_AUTO = (1, 2, 3)

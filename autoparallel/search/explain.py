@@ -204,3 +204,30 @@ def versus(result, layout) -> str:
     return (f"{name} ranks {st['rank']:,} of {st['n_fit']:,} fitting layouts, "
             f"{st['gap']:+.1%} against #1 ({rec['time_s']['step']:.3f} s vs "
             f"{float(result.ranked.time['step'][0]):.3f} s per step): {parts}")
+
+
+def cp_forms_line(result) -> str | None:
+    """'best per context-parallel form: a2a+ring #1 (2308.9 s), ring #7 (+0.1 %), a2a #57
+    (+2.3 %), allgather none fits': the fastest fitting layout of each form the search tried
+    (rank among every fitting layout); None when no fitting layout uses cp > 1."""
+    from ..specs.layout import CP_COMM_NAMES
+
+    ev = result.survivors
+    if ev is None or not len(ev) or not np.any(ev.table["cp"] > 1):
+        return None
+    from .enumerate import cp_forms
+
+    step = ev.time["step"]
+    best = float(step[0])
+    parts = []
+    multi = ev.table["cp"] > 1
+    for form in cp_forms(result.problem, result.space):
+        code = next(c for c, f in CP_COMM_NAMES.items() if f == form)
+        rows = np.nonzero(multi & (ev.table["cc"] == code))[0]
+        if not len(rows):
+            parts.append(f"{form.value} none fits")
+            continue
+        i = int(rows[0])
+        parts.append(f"{form.value} #{i + 1:,} ({float(step[i]):.4g} s, "
+                     f"{float(step[i]) / best - 1:+.1%})")
+    return "best per context-parallel form: " + ", ".join(parts)

@@ -18,10 +18,10 @@ from ..cost.arch import build_arch
 from ..evaluate import evaluate
 from ..layouts import LayoutTable
 from ..rules import Reject, active_rules
-from ..specs.layout import RECOMPUTE_CODES
+from ..specs.layout import CP_COMM_CODES, RECOMPUTE_CODES, CpComm
 from ..specs.problem import Problem
 from ..units import GiB
-from .enumerate import divisors
+from .enumerate import cp_forms, divisors
 from .space import SearchSpace
 
 OBJECTIVES = ("time", "memory", "gpus")
@@ -51,6 +51,8 @@ def axis_candidates(problem: Problem, space: SearchSpace, max_gpus: int, rules) 
         tp = [t for t in tp if t <= c.nvlink_domain and c.nvlink_domain % t == 0]
     pp = [p for p in (space.pp or div) if m.n_layers % p == 0]
     cp = [x for x in (space.cp or div) if x == 1 or tr.seq_len % (2 * x) == 0]
+    if not cp_forms(problem, space):  # a stack without context parallelism keeps cp = 1
+        cp = [1]
     ep = [int(d) for d in divisors(m.moe.n_experts)] if m.moe else [1]
     mb = [int(d) for d in divisors(tr.global_batch) if d <= space.max_micro_batch]
     return {
@@ -128,7 +130,7 @@ def sample_search(
                        if p["pp"] > 1 else 1)
             n = tr.suggest_categorical("n_gpus", list(gpu_counts)) if len(gpu_counts) > 1 else gpu_counts[0]
             rows.append((n, p))
-        values = _score(rows, problems, arch, rules)
+        values = _score(rows, problems, arch, rules, [f for f in cp_forms(base, space)])
         for tr, (vals, cons, attrs) in zip(trials, values):
             for key, v in attrs.items():
                 tr.set_user_attr(key, v)
@@ -152,34 +154,65 @@ def sample_search(
     return SampledResult(study, done, best, within if reference else {})
 
 
-def _score(rows, problems, arch, rules):
-    """Evaluate proposals grouped by GPU count; returns (values, constraints, attrs) per row."""
+def _form_variants(cp: int, forms) -> list[tuple[int, int]]:
+    """(form code, all-to-all group) of every context-parallel form a proposal with degree `cp`
+    can run: each of the stack's forms, the hierarchical one once per split (1 < u < cp, u | cp);
+    cp = 1: the one row (0, 1)."""
+    if cp == 1:
+        return [(0, 1)]
+    out = []
+    for f in forms:
+        if f == CpComm.A2A_RING:
+            out += [(CP_COMM_CODES[f], u) for u in range(2, cp) if cp % u == 0]
+        else:
+            out.append((CP_COMM_CODES[f], 1))
+    return out or [(0, 1)]
+
+
+def _score(rows, problems, arch, rules, forms):
+    """Evaluate proposals grouped by GPU count; returns (values, constraints, attrs) per row.
+    The context-parallel form is searched inside each proposal: every form (and hierarchical
+    split) of the stack is costed in the same vectorised pass and the proposal takes the best
+    (fewest rules broken, then least memory excess, then fastest; `attrs` say which), so the
+    sampler's parameters stay the degrees and the form adds no dimension to sample."""
     out = [None] * len(rows)
     by_n: dict[int, list[int]] = {}
     for i, (n, _) in enumerate(rows):
         by_n.setdefault(n, []).append(i)
     for n, idx in by_n.items():
         problem = problems[n]
-        cols = {k: [] for k in ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "rc", "sp", "mb")}
+        cols = {k: [] for k in ("dp", "tp", "pp", "vp", "cp", "ep", "zero", "rc", "sp", "mb",
+                                "cc", "cu")}
+        owner = []
         for i in idx:
             p = rows[i][1]
             mp = p["tp"] * p["pp"] * p["cp"]
-            cols["dp"].append(max(1, n // mp))
-            for a in ("tp", "pp", "vp", "cp", "ep", "zero"):
-                cols[a].append(p[a])
-            cols["rc"].append(RECOMPUTE_CODES[p["recompute"]])
-            cols["sp"].append(int(p["sp"] and p["tp"] > 1))
-            cols["mb"].append(p["micro_batch"])
+            for cc, cu in _form_variants(p["cp"], forms):
+                owner.append(i)
+                cols["dp"].append(max(1, n // mp))
+                for a in ("tp", "pp", "vp", "cp", "ep", "zero"):
+                    cols[a].append(p[a])
+                cols["rc"].append(RECOMPUTE_CODES[p["recompute"]])
+                cols["sp"].append(int(p["sp"] and p["tp"] > 1))
+                cols["mb"].append(p["micro_batch"])
+                cols["cc"].append(cc)
+                cols["cu"].append(cu)
         table = LayoutTable.from_arrays(**{k: np.asarray(v) for k, v in cols.items()})
         ev = evaluate(problem, table, rules, arch=arch)
-        for j, i in enumerate(idx):
+        best: dict[int, tuple] = {}
+        for j, i in enumerate(owner):
             flags = int(ev.reject[j])
             broken = bin(flags & ~int(Reject.OOM)).count("1")
             excess = max(0.0, float(ev.memory["fit_peak"][j] - ev.memory["usable"][j]) / GiB)
             step = float(ev.time["step"][j])
             if broken or not np.isfinite(step):
                 step = INFEASIBLE_VALUE
+            key = (broken, excess, step)
+            if i not in best or key < best[i][0]:
+                best[i] = (key, j)
+        for i, ((broken, excess, step), j) in best.items():
             vals = {"time": step, "memory": float(ev.memory["total"][j]) / GiB, "gpus": float(n)}
-            attrs = {"dp": int(ev.table["dp"][j]), "mfu": float(ev.mfu[j]) if broken == 0 else 0.0}
+            attrs = {"dp": int(ev.table["dp"][j]), "mfu": float(ev.mfu[j]) if broken == 0 else 0.0,
+                     "layout": ev.table.row(j).slug}
             out[i] = (vals, [excess, float(broken)], attrs)
     return out

@@ -10,11 +10,11 @@ from pydantic import Field, PositiveInt, ValidationError, field_validator
 
 from ..errors import SpecError, format_validation_error
 from ..specs._base import Spec
-from ..specs.layout import Recompute, RecomputeModule, Schedule
+from ..specs.layout import CpComm, Recompute, RecomputeModule, Schedule
 
 AXES = ("tp", "pp", "vp", "cp", "ep", "etp", "zero", "recompute", "sp", "micro_batch", "schedule",
         "recompute_modules", "recompute_group", "recompute_layers", "offload_layers",
-        "optimizer_offload")
+        "optimizer_offload", "cp_comm", "cp_a2a")
 
 
 class SearchSpace(Spec):
@@ -28,6 +28,12 @@ class SearchSpace(Spec):
     """Virtual stages per pipeline rank (auto: every v with layers divisible by pp x v)."""
     cp: list[PositiveInt] | None = None
     """Context-parallel degrees (auto: divisors of the GPU count)."""
+    cp_comm: list[CpComm] | None = None
+    """Context-parallel forms to try with cp > 1 (auto: the ones the job's stack implements,
+    `StackSpec.cp_comm`)."""
+    cp_a2a: list[PositiveInt] | None = None
+    """All-to-all group sizes of the hierarchical form a2a+ring (auto: every divisor u of cp
+    with 1 < u < cp)."""
     ep: list[PositiveInt] | None = None
     """Expert-parallel degrees (auto: divisors of the experts with etp x ep dividing tp x cp x dp,
     parallel folding)."""

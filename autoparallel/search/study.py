@@ -12,11 +12,14 @@ from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
 from ..errors import SpecError
-from ..specs.layout import RECOMPUTE_NAMES, SCHEDULE_NAMES
+from ..specs.layout import CP_COMM_NAMES, RECOMPUTE_NAMES, SCHEDULE_NAMES
 
 PARAM_AXES = ("dp", "tp", "pp", "vp", "cp", "ep", "etp", "zero", "recompute", "sp",
-              "micro_batch", "schedule", "first_stage_layers", "last_stage_layers")
-"""Optuna parameters of a layout; the stage-layer counts are 0 for the even split."""
+              "micro_batch", "schedule", "first_stage_layers", "last_stage_layers", "cp_comm",
+              "cp_a2a")
+"""Optuna parameters of a layout; the stage-layer counts are 0 for the even split, `cp_comm`
+the context-parallel form (`ring` when cp = 1), `cp_a2a` the hierarchical form's all-to-all
+group (1 otherwise)."""
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -37,6 +40,8 @@ def _params(ev, i: int) -> dict:
         "micro_batch": int(t["mb"][i]),
         "schedule": SCHEDULE_NAMES[int(t["sch"][i])].value,
         "first_stage_layers": int(t["lf"][i]), "last_stage_layers": int(t["ll"][i]),
+        "cp_comm": CP_COMM_NAMES[int(t["cc"][i]) if t["cp"][i] > 1 else 0].value,
+        "cp_a2a": int(t["cu"][i]) if t["cp"][i] > 1 else 1,
     }
 
 
@@ -50,6 +55,11 @@ def _distributions(ev) -> dict:
             choices = tuple(sorted({bool(v) for v in np.unique(t["sp"])}))
         elif axis == "schedule":
             choices = tuple(sorted({SCHEDULE_NAMES[int(c)].value for c in np.unique(t["sch"])}))
+        elif axis == "cp_comm":  # the form code where cp > 1, ring (0) otherwise
+            codes = np.unique(np.where(t["cp"] > 1, t["cc"], 0))
+            choices = tuple(sorted({CP_COMM_NAMES[int(c)].value for c in codes}))
+        elif axis == "cp_a2a":
+            choices = tuple(int(v) for v in np.unique(np.where(t["cp"] > 1, t["cu"], 1)))
         else:
             col = {"micro_batch": "mb", "first_stage_layers": "lf",
                    "last_stage_layers": "ll"}.get(axis, axis)

@@ -6,8 +6,10 @@ ETP x EP x EDP = TP x CP x DP, so EP may exceed DP. An expert-TP degree other th
 as `-etpN` after the ep part (`...-ep64-etp1-z1-...`); without it ETP = TP (Megatron's default).
 
 An uneven pipeline split shows in the pp part, `pp16[7,8x14,7]` (layers per pipeline stage, first
-to last, `8x14` = fourteen stages of 8), and a schedule other than the default (1F1B, or
-interleaved 1F1B when vp > 1) as a last part, e.g. `-szbh1`, `-sdualpipe`."""
+to last, `8x14` = fourteen stages of 8), the context-parallel form in the cp part when cp > 1,
+`cp8:ring`, `cp8:a2a`, `cp8:allgather`, `cp8:a2a2+ring4` (`CpComm`), and a schedule other
+than the default (1F1B, or interleaved 1F1B when vp > 1) as a last part, e.g. `-szbh1`,
+`-sdualpipe`."""
 
 from __future__ import annotations
 
@@ -87,6 +89,30 @@ class Schedule(StrEnum):
     """DualPipeV: DualPipe folded into a V, two chunks per rank, one parameter copy."""
 
 
+class CpComm(StrEnum):
+    """How context parallelism exchanges what attention needs across the CP ranks (Megatron-Core
+    `--cp-comm-type p2p|a2a|allgather|a2a+p2p`; costs in `cost.context`)."""
+
+    RING = "ring"
+    """Ring attention: K, V chunks passed around the CP ring, each hop hidden behind one block
+    of attention (Liu et al. 2023, arXiv 2310.01889; Megatron-Core `p2p`, TE
+    `AttnFuncWithCPAndKVP2P`)."""
+    A2A = "a2a"
+    """DeepSpeed-Ulysses: all-to-alls trade the sequence split for a head split before attention
+    and back after it (Jacobs et al. 2023, arXiv 2309.14509; Megatron-Core `a2a`)."""
+    ALLGATHER = "allgather"
+    """All-gather K and V, then attend the local queries (Llama 3 report, arXiv 2407.21783,
+    Sec. 3.3.2; Megatron-Core `allgather`)."""
+    A2A_RING = "a2a+ring"
+    """Hierarchical: all-to-all over groups of `cp_a2a` ranks (heads), ring across the
+    cp / cp_a2a groups (sequence) (Megatron-Core `a2a+p2p`, TE: LongVILA / USP)."""
+
+
+CP_COMM_CODES = {form: i for i, form in enumerate(CpComm)}
+"""Integer codes used in the vectorised layout table (0 ring, 1 a2a, 2 allgather, 3 a2a+ring)."""
+CP_COMM_NAMES = {v: k for k, v in CP_COMM_CODES.items()}
+
+
 SCHEDULE_CODES = {sch: i for i, sch in enumerate(Schedule)}
 """Integer codes used in the vectorised layout table (0 1f1b, 1 interleaved, 2 zb-h1, 3 zbv,
 4 dualpipe, 5 dualpipev)."""
@@ -143,7 +169,14 @@ class Layout(Spec):
     vp: PositiveInt = 1
     """Virtual pipeline stages (model chunks) per pipeline rank; >1 means interleaved 1F1B."""
     cp: PositiveInt = 1
-    """Context-parallel degree (sequence split, ring attention)."""
+    """Context-parallel degree (the sequence split over cp ranks)."""
+    cp_comm: CpComm | None = None
+    """With cp > 1: how the CP ranks exchange what attention needs (`CpComm`); None = ring
+    (Megatron-Core's default `--cp-comm-type p2p`)."""
+    cp_a2a: PositiveInt | None = None
+    """With cp_comm = a2a+ring: ranks of each all-to-all group (Megatron-Core
+    `--hierarchical-context-parallel-sizes cp_a2a cp/cp_a2a`), a divisor of cp between 1 and cp;
+    the ring runs across cp / cp_a2a groups."""
     ep: PositiveInt = 1
     """Expert-parallel degree (MoE only): etp x ep divides tp x cp x dp (parallel folding)."""
     etp: PositiveInt | None = None
@@ -192,6 +225,7 @@ class Layout(Spec):
                 f"`vp` ({self.vp}) > 1 needs pipeline parallelism: interleaving splits each "
                 "pipeline rank's layers into chunks; set pp > 1 or vp = 1"
             )
+        self._check_cp_form()
         if self.stage_layers is not None:
             sl = self.stage_layers
             if len(sl) != self.pp:
@@ -244,6 +278,36 @@ class Layout(Spec):
                 raise ValueError(f"schedule `{sch.value}` needs pipeline parallelism (pp > 1)")
         return self
 
+    def _check_cp_form(self) -> None:
+        """cp_comm / cp_a2a agree with cp; the canonical form drops what cp = 1 or ring makes
+        meaningless."""
+        form = CpComm(self.cp_comm) if self.cp_comm is not None else CpComm.RING
+        if self.cp == 1:
+            if self.cp_a2a is not None and self.cp_a2a > 1:
+                raise ValueError(f"`cp_a2a` ({self.cp_a2a}) splits the context-parallel group, "
+                                 "but cp = 1; set cp > 1 or drop cp_a2a")
+            object.__setattr__(self, "cp_comm", None)
+            object.__setattr__(self, "cp_a2a", None)
+            return
+        if form == CpComm.A2A_RING:
+            u = self.cp_a2a
+            if u is None or not 1 < u < self.cp or self.cp % u:
+                splits = [d for d in range(2, self.cp) if self.cp % d == 0]
+                hint = (f"e.g. {', '.join(str(d) for d in splits[:4])}" if splits else
+                        f"cp = {self.cp} has no such divisor: use ring or a2a")
+                raise ValueError(
+                    f"cp_comm a2a+ring needs `cp_a2a`, the all-to-all group size: a divisor of "
+                    f"cp = {self.cp} between 1 and cp (got {u}); {hint}")
+        elif self.cp_a2a is not None:
+            raise ValueError(f"`cp_a2a` ({self.cp_a2a}) is the all-to-all group of the "
+                             f"hierarchical form and needs cp_comm = a2a+ring (got {form.value})")
+        object.__setattr__(self, "cp_comm", None if form == CpComm.RING else form)
+
+    @property
+    def cp_form(self) -> CpComm:
+        """The context-parallel form this layout runs (ring when none is set)."""
+        return CpComm(self.cp_comm) if self.cp_comm is not None else CpComm.RING
+
     @property
     def pipeline_schedule(self) -> Schedule:
         """The schedule this layout runs (the default when none is set)."""
@@ -288,16 +352,23 @@ class Layout(Spec):
         off = f"-ao{self.offload_layers}" if self.offload_layers else ""
         if self.optimizer_offload:
             off += f"-oo{round(self.optimizer_offload * 100)}"
+        cpf = ""
+        if self.cp > 1:
+            form = self.cp_form
+            cpf = (f":a2a{self.cp_a2a}+ring{self.cp // self.cp_a2a}"
+                   if form == CpComm.A2A_RING else f":{form.value}")
         etp = "" if self.etp is None else f"-etp{self.etp}"
         return (
-            f"dp{self.dp}-tp{self.tp}-pp{self.pp}{split}-vp{self.vp}-cp{self.cp}-ep{self.ep}{etp}"
+            f"dp{self.dp}-tp{self.tp}-pp{self.pp}{split}-vp{self.vp}-cp{self.cp}{cpf}-ep{self.ep}"
+            f"{etp}"
             f"-z{self.zero}-r{self.recompute.value}{rn}{sp}-mb{self.micro_batch}{sched}{off}"
         )
 
     @classmethod
     def from_slug(cls, slug: str) -> Layout:
         """Parse `dp8-tp4-pp2-vp1-cp1-ep1-z1-rnone-sp-mb1` (or `...-pp16[7,8x14,7]-...-szbh1`,
-        `-ep64-etp1` for an expert-TP degree other than tp,
+        `cp8:a2a` / `cp8:allgather` / `cp8:a2a2+ring4` for the context-parallel form (`cp8`
+        and `cp8:ring`: ring), `-ep64-etp1` for an expert-TP degree other than tp,
         `-rfull2` for full recompute of the first 2 layers of each chunk, `-rfullg4` for uniform
         groups of 4, `-rselective+core_attn+mlp` for named modules, `-ao2` for activation offload
         of 2 layers per stage, `-oo50` for half the optimizer state offloaded);
@@ -305,6 +376,10 @@ class Layout(Spec):
         fields: dict = {"sp": False}
         schedules = {sch.value.replace("-", ""): sch.value for sch in Schedule}
         for part in slug.strip().split("-"):
+            if cpm := re.fullmatch(r"cp(\d+):([a-z0-9+]+)", part):  # cp with its form
+                fields["cp"] = int(cpm[1])
+                fields |= _cp_form_fields(cpm[2], int(cpm[1]))
+                continue
             m = re.fullmatch(r"(dp|tp|pp|vp|cp|ep|etp|z|mb)(\d+)(\[[\dx,]+\])?", part)
             if m and (m[3] is None or m[1] == "pp"):
                 key = {"z": "zero", "mb": "micro_batch"}.get(m[1], m[1])
@@ -334,3 +409,19 @@ class Layout(Spec):
                     "'dp8-tp4-pp2-vp1-cp1-ep1-z1-rnone-sp-mb1'"
                 )
         return cls(**fields)
+
+
+def _cp_form_fields(text: str, cp: int) -> dict:
+    """`ring`, `a2a`, `allgather` or `a2aU+ringR` (U x R = cp), the part after `cpN:` ->
+    Layout fields; ValueError otherwise."""
+    if text in {f.value for f in CpComm if f != CpComm.A2A_RING}:
+        return {"cp_comm": text}
+    m = re.fullmatch(r"a2a(\d+)\+ring(\d+)", text)
+    if not m:
+        raise ValueError(f"context-parallel form {text!r} not understood; expected cpN:ring, "
+                         "cpN:a2a, cpN:allgather or cpN:a2aU+ringR, e.g. cp8:a2a2+ring4")
+    u, r = int(m[1]), int(m[2])
+    if u * r != cp:
+        raise ValueError(f"context-parallel form {text!r}: a2a {u} x ring {r} = {u * r}, not "
+                         f"cp = {cp}")
+    return {"cp_comm": CpComm.A2A_RING.value, "cp_a2a": u}

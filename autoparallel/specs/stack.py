@@ -29,6 +29,9 @@ MoERouting = Literal["dropless", "balanced", "capacity"]
 CudaGraphs = Literal["none", "scoped", "full"]
 """CUDA graph capture (`cost.moe_layer.host_overhead`)."""
 
+CpCommName = Literal["ring", "a2a", "allgather", "a2a+ring"]
+"""A context-parallel form (`specs.layout.CpComm`)."""
+
 STACK_KNOBS = ("gemm_efficiency", "fp8_gemm_efficiency", "fp4_gemm_efficiency",
                "attention_efficiency", "cudnn_attention_efficiency", "elementwise_factor",
                "scan_efficiency",
@@ -132,6 +135,17 @@ class StackSpec(Spec):
     buffer, DeepSpeed's partitioned gradients); False for PyTorch FSDP / TorchTitan, whose
     `zero_grad(set_to_none=True)` frees them, so that with one micro-batch per step the
     activation peak and the gradient peak do not coincide (`cost.memory.stage_memory`)."""
+    cp_comm: list[CpCommName] = Field(default_factory=lambda: ["ring"])
+    """Context-parallel forms the stack implements, its default first (the form its measured
+    runs used when they do not say); empty: no context parallelism, the search keeps cp = 1."""
+    cp_kv_replicate: bool = False
+    """Whether the all-to-all form replicates KV heads up to the all-to-all group when the group
+    is larger (DeepSpeed `UlyssesSPAttentionHF`: `kv_replication_factor`); False: the KV heads
+    must divide by it (Transformer Engine)."""
+    cp_allgather_overlap: bool = False
+    """Whether the all-gather form issues its K, V all-gather with the first block of attention
+    and hides it there (PyTorch `_AllGatherRotater`, TorchTitan); False: before attention,
+    exposed (Transformer Engine `AttnFuncWithCPAndKVAllGather`)."""
     grads_side_stream: bool = False
     """Whether sharded gradients are allocated on a communication stream, in a caching-allocator
     pool the compute stream never reuses (PyTorch FSDP1's post-backward stream, FSDP2's
@@ -170,6 +184,8 @@ class StackSpec(Spec):
             Profile(**knobs)  # range checks of every knob (efficiencies in (0, 1], ...)
         if "bf16" not in self.precisions:
             raise ValueError("`precisions` must include bf16")
+        if len(set(self.cp_comm)) != len(self.cp_comm):
+            raise ValueError(f"`cp_comm` {self.cp_comm} names a form twice")
         return self
 
     def attention_for(self, generation: str) -> str:

@@ -79,7 +79,8 @@ def layout_params(lay: Layout) -> dict:
             "etp": lay.expert_tp, "zero": lay.zero, "recompute": lay.recompute.value, "sp": bool(lay.sp),
             "micro_batch": lay.micro_batch, "schedule": lay.pipeline_schedule.value,
             "first_stage_layers": lay.stage_layers[0] if lay.stage_layers else 0,
-            "last_stage_layers": lay.stage_layers[-1] if lay.stage_layers else 0}
+            "last_stage_layers": lay.stage_layers[-1] if lay.stage_layers else 0,
+            "cp_comm": lay.cp_form.value, "cp_a2a": lay.cp_a2a or 1}
 
 
 def _key(params: dict) -> tuple:

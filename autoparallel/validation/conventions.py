@@ -33,6 +33,11 @@ SOURCE_CONVENTIONS = {
     "narayanan2021_t1": "narayanan_eq3",
     "narayanan2021_t2": "narayanan_eq3",
     "megatron_readme_2021jan": "narayanan_eq3",
+    # NeMo 24.03.01 long-sequence table (TFLOP/s only): NeMo's performance tables of that era
+    # count non-causal attention; the nearest release with both figures, NeMo 24.07
+    # (`nemo_perf_2407`, six dense rows), reproduces its TFLOP/s from its tokens/s to 0.1 % with
+    # this convention and is 2-11 % off with the causal one (docs/validation.md "Long context")
+    "nemo_longseq_h100": "megatron_noncausal",
 }
 """Which convention each source of shared/data/published_runs.csv uses (its README, §Sources)."""
 

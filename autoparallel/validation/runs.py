@@ -142,6 +142,25 @@ def _mem_gib(row) -> float | None:
     return v if "gib" in unit.lower() else v * GB / GiB
 
 
+CP_FORM_WORDS = (("a2a+p2p", "a2a+ring"), ("ulysses", "a2a"), ("cp_comm_type a2a", "a2a"),
+                 ("all_gather", "allgather"), ("allgather", "allgather"), ("p2p", "ring"))
+"""Words in a row's `notes` that name its context-parallel form (Megatron-Core --cp-comm-type
+values, DeepSpeed-Ulysses), first match wins."""
+
+
+def cp_form_of(row, stack, assumptions: list[str]) -> str:
+    """The context-parallel form of a cp > 1 run: what its notes name (`CP_FORM_WORDS`), else
+    its stack's default (`StackSpec.cp_comm`, first; ring for a stack without one), counted as an
+    assumption."""
+    notes = str(row.get("notes") or "").lower()
+    for word, form in CP_FORM_WORDS:
+        if word in notes:
+            return form
+    form = stack.cp_comm[0] if stack.cp_comm else "ring"
+    assumptions.append(f"CP form not stated: {form} (the stack's default)")
+    return form
+
+
 def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCase:
     """One row -> `RunCase`; raises `RowSkip` with the counted reason. `memory`: a memory check
     (OOM reports kept, no step time needed: `measured_step_s` is NaN when the row has none)."""
@@ -200,6 +219,8 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
         problem = make_problem(model, gpu, n_gpus, seq, gbs, gpus_per_node=gpn, **job)
     except AutoParallelError as exc:
         raise RowSkip("problem invalid: " + str(exc).splitlines()[0]) from None
+    if lay["cp"] > 1:
+        lay["cp_comm"] = cp_form_of(row, problem.stack, assumptions)
     if lay.get("sp") is None and lay["tp"] > 1 and not problem.stack.sequence_parallel:
         lay["sp"] = False  # the stack has no sequence parallelism
     if model.n_layers % (lay["pp"] * lay["vp"]) and lay["pp"] > 1:

@@ -32,6 +32,21 @@ def deepspeed(path: str, dp: int) -> dict:
                 checkpointing="activation_checkpointing" in json.load(open(path)))
 
 
+def deepspeed_sp(path: str, world: int) -> dict:
+    """A Ulysses config read as DeepSpeed reads it without an mpu (the Hugging Face integration's
+    zero.init path): the config dict, a `world`-process job, and DeepSpeed's own data-parallel
+    size `world / sequence_parallel_size` (`DeepSpeedConfig.__init__`) in its batch check."""
+    import deepspeed.runtime.config as dsc
+
+    dsc.dist.get_rank = lambda *a, **k: 0  # no process group in a test: rank 0 of `world`
+    dsc.dist.get_world_size = lambda *a, **k: world
+    cfg = json.load(open(path))
+    c = dsc.DeepSpeedConfig(cfg)
+    return dict(world_size=c.world_size, sequence_parallel_size=cfg["sequence_parallel_size"],
+                train_batch_size=c.train_batch_size, micro=c.train_micro_batch_size_per_gpu,
+                accum=c.gradient_accumulation_steps, zero=c.zero_optimization_stage)
+
+
 def torchtitan(path: str) -> dict:
     from torchtitan.config import ConfigManager
 
@@ -126,6 +141,27 @@ def megatron_core(args: dict) -> dict:
     return out
 
 
+def megatron_core_cp(args: dict) -> dict:
+    """Megatron-Core's TransformerConfig (and its ModelParallelConfig part) built with the
+    parsed context-parallel flags, as `core_transformer_config_from_args` passes them (one
+    --cp-comm-type value: a string), with its own checks."""
+    import torch
+    from megatron.core.transformer import TransformerConfig
+
+    comm = args["cp_comm_type"]
+    tc = TransformerConfig(
+        num_layers=args["num_layers"], hidden_size=args["hidden_size"],
+        num_attention_heads=args["num_attention_heads"],
+        num_query_groups=args["num_query_groups"],
+        tensor_model_parallel_size=args["tensor_model_parallel_size"],
+        context_parallel_size=args["context_parallel_size"],
+        hierarchical_context_parallel_sizes=args["hierarchical_context_parallel_sizes"],
+        cp_comm_type=comm[0] if len(comm) == 1 else comm,
+        sequence_parallel=args["sequence_parallel"], bf16=True, params_dtype=torch.bfloat16)
+    return dict(cp=tc.context_parallel_size, cp_comm_type=tc.cp_comm_type,
+                hierarchical=tc.hierarchical_context_parallel_sizes)
+
+
 def megatron_groups(args: dict) -> dict:
     """Megatron-Core's own rank grids (parallel_state.RankGenerator, as initialize_model_parallel
     builds them: the dense grid tp-cp-ep-dp-pp with ep = 1, the expert grid with tp = etp, ep,
@@ -151,6 +187,8 @@ def megatron_groups(args: dict) -> dict:
                 dpcp=shape(dense.get_ranks("dp-cp")), etp=shape(expert.get_ranks("tp")),
                 ep=shape(expert.get_ranks("ep")), edp=shape(expert.get_ranks("dp")),
                 pp=shape(dense.get_ranks("pp")))
+
+
 def megatron_split(args: dict) -> dict:
     """Decoder layers Megatron-Core builds on each pipeline rank and model chunk from the parsed
     pipeline flags: TransformerConfig (with its split checks) and `get_num_layers_to_build`, the
@@ -198,9 +236,11 @@ def nanotron(path: str) -> dict:
 if __name__ == "__main__":
     kind, arg = sys.argv[1], sys.argv[2]
     loaders = {"deepspeed": lambda: deepspeed(arg, int(sys.argv[3])),
+               "deepspeed_sp": lambda: deepspeed_sp(arg, int(sys.argv[3])),
                "torchtitan": lambda: torchtitan(arg),
                "torchtitan_split": lambda: torchtitan_split(arg),
                "megatron_core": lambda: megatron_core(json.loads(arg)),
+               "megatron_core_cp": lambda: megatron_core_cp(json.loads(arg)),
                "megatron_groups": lambda: [megatron_groups(a) for a in json.loads(arg)],
                "megatron_split": lambda: megatron_split(json.loads(arg)),
                "nanotron": lambda: nanotron(arg)}
