@@ -273,6 +273,8 @@ def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bw
     zero = t["zero"]
     total = np.zeros(len(t))
     for psi, grp in ((dense, groups["dpcp"]), (expert, groups["edp"])):
+        if not np.any(psi > 0):  # a group with nothing to reduce (a dense model's experts)
+            continue
         ar = collective_time(problem, Collective.ALL_REDUCE, gb * psi, grp)
         rs = collective_time(problem, Collective.REDUCE_SCATTER, gb * psi, grp)
         ag = collective_time(problem, Collective.ALL_GATHER, pb * psi, grp)
@@ -285,10 +287,11 @@ def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bw
         shared = grp.units(0) > 1  # the DP traffic uses the NICs the all-to-alls use
         f_win = np.where(shared, np.maximum(fwd - nic_fwd, 0.0), fwd)
         b_win = np.where(shared, np.maximum(bwd - nic_bwd, 0.0), bwd)
+        rs_b, ag_f, rs_tail = hide(rs, b_win), hide(ag, f_win), np.where(rs > 0, tail, 0.0)
         z0 = hide(ar, b_win) + np.where(ar > 0, tail_ar, 0.0)
-        z1 = hide(rs, b_win) + hide(ag, f_win) + np.where(rs > 0, tail, 0.0)
-        z2 = m * hide(rs, b_win) + hide(ag, f_win) + np.where(rs > 0, tail, 0.0)
-        z3 = m * (hide(ag, f_win) + hide(ag + rs, b_win))
+        z1 = rs_b + ag_f + rs_tail
+        z2 = m * rs_b + ag_f + rs_tail
+        z3 = m * (ag_f + hide(ag + rs, b_win))
         # a group with nothing to reduce (a dense model's experts) launches no collective
         total = total + np.where(psi > 0, np.choose(zero, [z0, z1, z2, z3]), 0.0)
     return total
