@@ -142,11 +142,24 @@ def op_sac_bytes(arch: Arch, t: LayoutTable, tokens: np.ndarray, moe: bool,
                      + 2.0 * v_w / kv_div)
 
 
-def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dict[str, np.ndarray]:
+def layer_activations(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.ndarray]:
+    """Per-layer activation bytes of one micro-batch, the same on every stage
+    (`layer_activation_bytes`): `dense` and `moe` layers under the row's recompute, and
+    `dense_kept` / `moe_kept` without recompute."""
+    none = np.zeros_like(t["rc"])
+    return {"dense": layer_activation_bytes(problem, arch, t, moe=False),
+            "moe": layer_activation_bytes(problem, arch, t, moe=True),
+            "dense_kept": layer_activation_bytes(problem, arch, t, moe=False, recompute=none),
+            "moe_kept": layer_activation_bytes(problem, arch, t, moe=True, recompute=none)}
+
+
+def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage,
+                 acts: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Ledger items (bytes) for one GPU of one stage (`MEMORY_ITEMS`), plus `side_grads`: the
     gradient shard held in a communication stream's allocator pool (reserved throughout;
     `StackSpec.grads_side_stream`) and `side_at_peak`: the part of the `grads` item, at the
-    allocated peak, that lies in that pool rather than the compute stream's."""
+    allocated peak, that lies in that pool rather than the compute stream's. `acts`: the rows'
+    `layer_activations`, when the caller has them (`memory_ledger` costs them once per row)."""
     tr = problem.training
     tp, cp, dp = (t[k].astype(np.float64) for k in ("tp", "cp", "dp"))
     zero = t["zero"]
@@ -179,15 +192,12 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
     if np.any(t["oo"] > 0):  # optimizer offload: that share of the state is in host memory
         optimizer = optimizer * (1.0 - t["oo"] / 100.0)
 
-    a_dense = layer_activation_bytes(problem, arch, t, moe=False)
-    a_moe = layer_activation_bytes(problem, arch, t, moe=True)
+    acts = acts if acts is not None else layer_activations(problem, arch, t)
+    a_dense, a_moe = acts["dense"], acts["moe"]
     if np.any(t["rn"] >= 0):  # full recompute of some layers only: the rest keep everything
         kept = np.where(t["rc"] == 2, 1.0 - st.recomputed, 0.0)
-        none = np.zeros_like(t["rc"])
-        a_dense = kept * layer_activation_bytes(problem, arch, t, moe=False, recompute=none) \
-            + (1.0 - kept) * a_dense
-        a_moe = kept * layer_activation_bytes(problem, arch, t, moe=True, recompute=none) \
-            + (1.0 - kept) * a_moe
+        a_dense = kept * acts["dense_kept"] + (1.0 - kept) * a_dense
+        a_moe = kept * acts["moe_kept"] + (1.0 - kept) * a_moe
     if np.any(t["rn"] < -1):  # uniform groups: one layer input kept per group (`cost.offload`)
         kept_share, group = uniform_groups(t, st.n_dense + st.n_moe)
         a_dense, a_moe = a_dense * kept_share, a_moe * kept_share
@@ -223,11 +233,7 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
     two_units = np.minimum(dense + expert, 2.0 * np.maximum(layer_unit, embed_unit))
     gathered = np.where(zero == 3, 2.0 * two_units * (1.0 - 1.0 / d), 0.0)
     # Full recompute re-materialises one layer's activations during its backward (reference §3.4).
-    a_none = np.maximum(
-        layer_activation_bytes(problem, arch, t, moe=False, recompute=np.zeros_like(t["rc"])),
-        layer_activation_bytes(problem, arch, t, moe=True, recompute=np.zeros_like(t["rc"]))
-        if arch.n_moe_layers else 0.0,
-    )
+    a_none = np.maximum(acts["dense_kept"], acts["moe_kept"] if arch.n_moe_layers else 0.0)
     # TorchTitan's op-level selective policy recomputes the rest of the block the same way.
     recomputing = (t["rc"] == 2) | ((t["rc"] == 1) & (problem.stack.selective_policy == "op_sac"))
     working = np.where(recomputing & (np.asarray(st.recomputed) > 0), a_none, 0.0)
@@ -312,7 +318,8 @@ def memory_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.
     # outside PyTorch's allocator: CUDA context, NCCL, and DeepEP's own buffers (`cost.moe_memory`)
     outside = outside_allocator_bytes(t, tied_embeddings=arch.tied) \
         + dispatch_buffer_bytes(problem, arch, t)
-    per_stage = [stage_memory(problem, arch, t, sts[name]) for name in STAGES]
+    acts = layer_activations(problem, arch, t)
+    per_stage = [stage_memory(problem, arch, t, sts[name], acts) for name in STAGES]
     out: dict[str, np.ndarray] = {}
     for name, items in zip(STAGES, per_stage):
         allocated = sum(items[k] for k in MEMORY_ITEMS)
