@@ -22,6 +22,7 @@ from .model_code import model_code
 from .device_memory import outside_allocator_bytes, reserved_bytes, workspace_bytes
 from .moe_memory import dispatch_buffer_bytes, routed_activation_bytes
 from .offload import keeps_scores, offloaded_layers, selective_saved, uniform_groups
+from .pick import pick
 from .stages import STAGES, Stage, micro_batches, stages
 
 MEMORY_ITEMS = ("params", "grads", "optimizer", "activations", "embedding_logits", "overhead")
@@ -335,7 +336,7 @@ def memory_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.
     totals = np.stack([items["allocated"] for items in per_stage])
     worst = np.argmax(totals, axis=0)
     for key in MEMORY_ITEMS + ("reserved", "device", "fit_reserved"):
-        out[key] = np.choose(worst, [items[key] for items in per_stage])
+        out[key] = pick(worst, [items[key] for items in per_stage])
     out["model_states"] = out["params"] + out["grads"] + out["optimizer"]
     out["total"] = np.max(totals, axis=0)
     capacity = problem.cluster.gpu.hbm_gib * GiB
