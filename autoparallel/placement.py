@@ -27,6 +27,15 @@ class Group:
 
     size: np.ndarray
     per_tier: tuple[np.ndarray, ...]
+    runs: tuple[Group, np.ndarray] | None = None
+    """The same group over its distinct consecutive rows (rows in a run share size and
+    stride), and each row's run: what depends only on the group is computed once per run
+    (`cost.comm`). None: every row its own run."""
+
+    def distinct(self) -> tuple[Group, np.ndarray | None]:
+        """(group over the distinct runs, each row's run index); the group itself and None
+        where it has no runs."""
+        return self.runs if self.runs is not None else (self, None)
 
     @property
     def per_node(self) -> np.ndarray:
@@ -50,9 +59,24 @@ class Group:
 def group(size, stride, sizes: int | Sequence[int]) -> Group:
     """Placement of a group of `size` ranks with rank spacing `stride` in units of `sizes[i]`
     GPUs at each tier (an int: the scale-up domain only)."""
-    size = np.asarray(size, dtype=np.float64)
-    stride = np.asarray(stride, dtype=np.float64)
+    size, stride = np.broadcast_arrays(np.asarray(size, dtype=np.float64),
+                                       np.asarray(stride, dtype=np.float64))
     sizes = (sizes,) if np.isscalar(sizes) else tuple(sizes)
+    if size.ndim != 1 or len(size) < 2:
+        return _placed(size, stride, sizes)
+    # rows come in runs of equal (size, stride) (the enumerator varies the degrees slowest):
+    # place each run once, then give every row its run's placement
+    start = np.empty(len(size), dtype=bool)
+    start[0] = True
+    np.not_equal(size[1:], size[:-1], out=start[1:])
+    start[1:] |= stride[1:] != stride[:-1]
+    run = np.cumsum(start) - 1
+    key = _placed(size[start], stride[start], sizes)
+    return Group(size=size, per_tier=tuple(p[run] for p in key.per_tier), runs=(key, run))
+
+
+def _placed(size, stride, sizes) -> Group:
+    """min(size, sizes[i] // stride) ranks (at least one) in each unit of tier i."""
     per_tier = tuple(np.minimum(size, np.maximum(1.0, np.floor(float(g) / stride))) for g in sizes)
     return Group(size=size, per_tier=per_tier)
 

@@ -141,16 +141,22 @@ def collective_time(problem: Problem, op: Collective, nbytes, grp: Group) -> np.
 def algorithm_times(problem: Problem, op: Collective, nbytes, grp: Group) -> dict[str, np.ndarray]:
     """Seconds per row of each algorithm NCCL has for `op` (`ring`, and for all-reduce `tree`,
     the double binary tree, NVLSTree or CollNet where the tiers allow), and `chosen`: the
-    fastest, NCCL's tuner choice. All-to-all and p2p have one algorithm (`ring` holds it)."""
+    fastest, NCCL's tuner choice. All-to-all and p2p have one algorithm (`ring` holds it).
+
+    What depends only on the group (latency, bus bandwidth, bus factor) is computed once per
+    distinct group (`Group.distinct`); each row then adds its bytes: fixed + factor x S / bus."""
     tl = tiers(problem)
     base = problem.profile.latency_base_us * US
-    n = np.asarray(grp.size, dtype=np.float64)
+    key, run = grp.distinct()
+    n = np.asarray(key.size, dtype=np.float64)
     S = np.asarray(nbytes, dtype=np.float64)
-    r0 = grp.ranks_in(0)
+    r0 = key.ranks_in(0)
     t0 = tl[0]
-    cross = _crossings(tl, grp)
-    multi = grp.units(0) > 1
+    cross = _crossings(tl, key)
+    multi = key.units(0) > 1
     ring0 = _domain_ring(t0, r0)
+    live = n > 1
+    rows = (lambda x: x) if run is None else (lambda x: x[run])  # noqa: E731
     out: dict[str, np.ndarray] = {}
     with np.errstate(divide="ignore", invalid="ignore"):
         if op in (Collective.ALL_REDUCE, Collective.ALL_GATHER, Collective.REDUCE_SCATTER):
@@ -161,24 +167,31 @@ def algorithm_times(problem: Problem, op: Collective, nbytes, grp: Group) -> dic
             nvls_ok = (r0 > NVLS_MIN_GPUS) if nvls else np.zeros_like(r0, dtype=bool)
             # inside one domain an all-reduce of more than 4 GPUs runs NVLS at its measured rate
             ring_bus = np.where(multi | ~nvls_ok, _ring_bus(tl, r0, cross, ring0), t0.nvls_bw)
-            ring = base + _ring_latency(tl, grp, cross, phases) + factor * S / ring_bus
+            ring_fixed = base + _ring_latency(tl, key, cross, phases)
+            # a one-rank group costs nothing: fixed 0, factor 0 over bus 1
+            factor_row = rows(np.where(live, factor, 0.0))
+            ring = (rows(np.where(live, ring_fixed, 0.0)) + factor_row * S
+                    / rows(np.where(live, ring_bus, 1.0)))
             out["ring"] = ring
             chosen = ring
             if ar:
                 intra = np.where(nvls_ok, t0.nvls_bw, ring0)  # NVLSTree where NVLS applies
-                tree = (base + _tree_latency(tl, grp, r0, cross)
-                        + factor * S / _tree_bus(tl, r0, cross, intra, n))
-                tree = np.where(multi, tree, np.inf)
+                tree_fixed = np.where(multi, base + _tree_latency(tl, key, r0, cross), np.inf)
+                tree_bus = _tree_bus(tl, r0, cross, intra, n)
+                tree = (rows(np.where(live, tree_fixed, 0.0)) + factor_row * S
+                        / rows(np.where(live, tree_bus, 1.0)))
                 out["tree"] = tree
                 chosen = np.minimum(ring, tree)
         elif op == Collective.ALL_TO_ALL:
-            bw_time = np.where(r0 > 1, (r0 - 1.0) / n * S / ring0, 0.0)
+            share0 = np.where(r0 > 1, (r0 - 1.0) / n, 0.0)
+            bw_time = rows(share0) * S / rows(ring0)
             lat = (r0 - 1.0) * t0.hop
             for t, (crossed, _, below, r_here) in zip(tl[1:], cross):
-                t_i = (n - below) / n * S / (t.bw / t.oversubscription)
-                bw_time = np.where(crossed, np.maximum(bw_time, t_i), bw_time)
+                share = np.where(crossed, (n - below) / n, 0.0)
+                t_i = rows(share) * S / (t.bw / t.oversubscription)
+                bw_time = np.maximum(bw_time, t_i)
                 lat = lat + (np.minimum(r_here, n) - below) * t.hop
-            chosen = out["ring"] = base + lat + bw_time
+            chosen = out["ring"] = rows(np.where(live, base + lat, 0.0)) + bw_time
         else:  # P2P: one message to a neighbour over the outermost tier the hop crosses
             net = np.full_like(n, np.inf)
             hop = np.full_like(n, t0.hop)
@@ -188,9 +201,11 @@ def algorithm_times(problem: Problem, op: Collective, nbytes, grp: Group) -> dic
                 share = t.bw / np.maximum(1.0, t.oversubscription / below)
                 net = np.where(crossed, np.minimum(net, share), net)
                 hop = np.where(crossed, t.hop, hop)
-            chosen = out["ring"] = base + hop + S / np.where(multi, net, _domain_p2p(t0))
-    live = n > 1
-    return {k: np.where(live, v, 0.0) for k, v in out.items()} | {"chosen": np.where(live, chosen, 0.0)}
+            fixed = base + hop
+            link = np.where(multi, net, _domain_p2p(t0))
+            chosen = out["ring"] = rows(np.where(live, fixed, 0.0)) + S / rows(
+                np.where(live, link, np.inf))
+    return out | {"chosen": chosen}
 
 
 def bus_bandwidth(problem: Problem, op: Collective, nbytes, grp: Group, algorithm: str = "chosen"):

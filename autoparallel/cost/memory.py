@@ -23,6 +23,7 @@ from .model_code import model_code
 from .device_memory import outside_allocator_bytes, reserved_bytes, workspace_bytes
 from .moe_memory import dispatch_buffer_bytes, routed_activation_bytes
 from .offload import keeps_scores, offloaded_layers, selective_saved, uniform_groups
+from .pick import pick
 from .stages import STAGES, Stage, micro_batches, stages
 
 MEMORY_ITEMS = ("params", "grads", "optimizer", "activations", "embedding_logits", "overhead")
@@ -147,11 +148,24 @@ def op_sac_bytes(arch: Arch, t: LayoutTable, tokens: np.ndarray, moe: bool,
                      + 2.0 * v_w / kv_div)
 
 
-def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dict[str, np.ndarray]:
+def layer_activations(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.ndarray]:
+    """Per-layer activation bytes of one micro-batch, the same on every stage
+    (`layer_activation_bytes`): `dense` and `moe` layers under the row's recompute, and
+    `dense_kept` / `moe_kept` without recompute."""
+    none = np.zeros_like(t["rc"])
+    return {"dense": layer_activation_bytes(problem, arch, t, moe=False),
+            "moe": layer_activation_bytes(problem, arch, t, moe=True),
+            "dense_kept": layer_activation_bytes(problem, arch, t, moe=False, recompute=none),
+            "moe_kept": layer_activation_bytes(problem, arch, t, moe=True, recompute=none)}
+
+
+def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage,
+                 acts: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Ledger items (bytes) for one GPU of one stage (`MEMORY_ITEMS`), plus `side_grads`: the
     gradient shard held in a communication stream's allocator pool (reserved throughout;
     `StackSpec.grads_side_stream`) and `side_at_peak`: the part of the `grads` item, at the
-    allocated peak, that lies in that pool rather than the compute stream's."""
+    allocated peak, that lies in that pool rather than the compute stream's. `acts`: the rows'
+    `layer_activations`, when the caller has them (`memory_ledger` costs them once per row)."""
     tr = problem.training
     tp, cp, dp = (t[k].astype(np.float64) for k in ("tp", "cp", "dp"))
     zero = t["zero"]
@@ -191,15 +205,12 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
         activations, a_none = hybrid_activations(problem, arch, t, st)
         a_dense = a_moe = None
     else:
-        a_dense = layer_activation_bytes(problem, arch, t, moe=False)
-        a_moe = layer_activation_bytes(problem, arch, t, moe=True)
+        acts = acts if acts is not None else layer_activations(problem, arch, t)
+        a_dense, a_moe = acts["dense"], acts["moe"]
     if not hybrid and np.any(t["rn"] >= 0):  # full recompute of some layers only: the rest keep everything
         kept = np.where(t["rc"] == 2, 1.0 - st.recomputed, 0.0)
-        none = np.zeros_like(t["rc"])
-        a_dense = kept * layer_activation_bytes(problem, arch, t, moe=False, recompute=none) \
-            + (1.0 - kept) * a_dense
-        a_moe = kept * layer_activation_bytes(problem, arch, t, moe=True, recompute=none) \
-            + (1.0 - kept) * a_moe
+        a_dense = kept * acts["dense_kept"] + (1.0 - kept) * a_dense
+        a_moe = kept * acts["moe_kept"] + (1.0 - kept) * a_moe
     if not hybrid and np.any(t["rn"] < -1):  # uniform groups: one layer input kept per group
         kept_share, group = uniform_groups(t, st.n_dense + st.n_moe)  # (`cost.offload`)
         a_dense, a_moe = a_dense * kept_share, a_moe * kept_share
@@ -237,10 +248,7 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage) -> dic
     gathered = np.where(zero == 3, 2.0 * two_units * (1.0 - 1.0 / d), 0.0)
     # Full recompute re-materialises one layer's activations during its backward (reference §3.4).
     a_none = a_none if hybrid else np.maximum(
-        layer_activation_bytes(problem, arch, t, moe=False, recompute=np.zeros_like(t["rc"])),
-        layer_activation_bytes(problem, arch, t, moe=True, recompute=np.zeros_like(t["rc"]))
-        if arch.n_moe_layers else 0.0,
-    )
+        acts["dense_kept"], acts["moe_kept"] if arch.n_moe_layers else 0.0)
     # TorchTitan's op-level selective policy recomputes the rest of the block the same way.
     recomputing = (t["rc"] == 2) | ((t["rc"] == 1) & (problem.stack.selective_policy == "op_sac"))
     working = np.where(recomputing & (np.asarray(st.recomputed) > 0), a_none, 0.0)
@@ -325,7 +333,8 @@ def memory_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.
     # outside PyTorch's allocator: CUDA context, NCCL, and DeepEP's own buffers (`cost.moe_memory`)
     outside = outside_allocator_bytes(t, tied_embeddings=arch.tied) \
         + dispatch_buffer_bytes(problem, arch, t)
-    per_stage = [stage_memory(problem, arch, t, sts[name]) for name in STAGES]
+    acts = None if arch.hybrid is not None else layer_activations(problem, arch, t)
+    per_stage = [stage_memory(problem, arch, t, sts[name], acts) for name in STAGES]
     out: dict[str, np.ndarray] = {}
     for name, items in zip(STAGES, per_stage):
         allocated = sum(items[k] for k in MEMORY_ITEMS)
@@ -341,7 +350,7 @@ def memory_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.
     totals = np.stack([items["allocated"] for items in per_stage])
     worst = np.argmax(totals, axis=0)
     for key in MEMORY_ITEMS + ("reserved", "device", "fit_reserved"):
-        out[key] = np.choose(worst, [items[key] for items in per_stage])
+        out[key] = pick(worst, [items[key] for items in per_stage])
     out["model_states"] = out["params"] + out["grads"] + out["optimizer"]
     out["total"] = np.max(totals, axis=0)
     capacity = problem.cluster.gpu.hbm_gib * GiB

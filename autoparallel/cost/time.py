@@ -31,6 +31,7 @@ from .overlap import exposed_share as _exposed_share
 from .overlap import hidden_cost as _hidden_cost
 from .offload import (activation_offload_time, moe_recomputed, offloaded_layers,
                       optimizer_offload_time, selective_recompute_time)
+from .pick import pick
 from .stages import micro_batches, stages
 
 TIME_ITEMS = (
@@ -281,6 +282,8 @@ def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bw
     zero = t["zero"]
     total = np.zeros(len(t))
     for psi, grp in ((dense, groups["dpcp"]), (expert, groups["edp"])):
+        if not np.any(psi > 0):  # a group with nothing to reduce (a dense model's experts)
+            continue
         ar = collective_time(problem, Collective.ALL_REDUCE, gb * psi, grp)
         rs = collective_time(problem, Collective.REDUCE_SCATTER, gb * psi, grp)
         ag = collective_time(problem, Collective.ALL_GATHER, pb * psi, grp)
@@ -293,12 +296,13 @@ def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bw
         shared = grp.units(0) > 1  # the DP traffic uses the NICs the all-to-alls use
         f_win = np.where(shared, np.maximum(fwd - nic_fwd, 0.0), fwd)
         b_win = np.where(shared, np.maximum(bwd - nic_bwd, 0.0), bwd)
+        rs_b, ag_f, rs_tail = hide(rs, b_win), hide(ag, f_win), np.where(rs > 0, tail, 0.0)
         z0 = hide(ar, b_win) + np.where(ar > 0, tail_ar, 0.0)
-        z1 = hide(rs, b_win) + hide(ag, f_win) + np.where(rs > 0, tail, 0.0)
-        z2 = m * hide(rs, b_win) + hide(ag, f_win) + np.where(rs > 0, tail, 0.0)
-        z3 = m * (hide(ag, f_win) + hide(ag + rs, b_win))
+        z1 = rs_b + ag_f + rs_tail
+        z2 = m * rs_b + ag_f + rs_tail
+        z3 = m * (ag_f + hide(ag + rs, b_win))
         # a group with nothing to reduce (a dense model's experts) launches no collective
-        total = total + np.where(psi > 0, np.choose(zero, [z0, z1, z2, z3]), 0.0)
+        total = total + np.where(psi > 0, pick(zero, [z0, z1, z2, z3]), 0.0)
     return total
 
 
@@ -353,7 +357,7 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
         ))
     busy = np.stack([sum(it.values()) for it in items_by_stage])
     pace = np.argmax(busy, axis=0)
-    out = {k: np.choose(pace, [it[k] for it in items_by_stage]) for k in items_by_stage[0]}
+    out = {k: pick(pace, [it[k] for it in items_by_stage]) for k in items_by_stage[0]}
 
     S_pp = 2.0 * t["mb"] * problem.training.seq_len / t["cp"] * arch.hidden / np.where(sp, tp, 1.0)
     p2p = collective_time(problem, Collective.P2P, S_pp, groups["pp"])
@@ -363,8 +367,8 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
         out["pp_comm"] = out["pp_comm"] + tied_embedding_allreduce(problem, arch, t)
     if np.any(t["sch"] >= 2):
         slowest = np.argmax(tau_all, axis=0)
-        fwd = np.choose(slowest, [v["fwd"] for v in per_stage.values()])
-        wgrad = np.choose(slowest, [v["wgrad"] for v in per_stage.values()])
+        fwd = pick(slowest, [v["fwd"] for v in per_stage.values()])
+        wgrad = pick(slowest, [v["wgrad"] for v in per_stage.values()])
         out["bubble"] = pipeline_bubble(t, tau_max, fwd, wgrad)
     else:
         out["bubble"] = (pp - 1.0) / vp * tau_max  # (p-1)/(v m) of m micro-batches (reference §4)

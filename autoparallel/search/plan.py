@@ -9,7 +9,7 @@ import numpy as np
 
 from ..cost.arch import build_arch
 from ..cost.memory import memory_ledger
-from ..evaluate import Evaluation, evaluate
+from ..evaluate import Evaluation, evaluate, in_blocks
 from ..rules import RULES, Reject, active_rules, check_rules
 from ..errors import SpecError
 from ..specs.problem import Problem
@@ -192,8 +192,7 @@ def plan(
     arch = build_arch(problem.model)
     found = enumerate_valid(problem, space, rules)  # rows that break a rule: counted, not built
     valid = found.table
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mem = memory_ledger(problem, arch, valid)
+    mem = in_blocks(memory_ledger, problem, arch, valid)
     oom = mem["fit_peak"] > mem["usable"]
     fit_idx = np.flatnonzero(~oom)
     fit_table = valid.take(fit_idx)
