@@ -212,16 +212,16 @@ def test_optuna_best_equals_vectorised_argmin(tmp_path):
     p = make_problem("llama3-8b", "h100", 16, 4096, 64)
     space = SearchSpace(zero=[1, 2], recompute=["none", "full"], max_micro_batch=4)
     storage = f"sqlite:///{tmp_path / 'plan.db'}"
-    res = plan(p, space, storage=storage, study_name="t")
+    res = plan(p, space, storage=storage, study_name="t", keep=100)  # SQLite: ~20 ms a trial
     ev = evaluate(p, enumerate_layouts(p, space))
     ok = ev.reject == 0
     argmin = np.flatnonzero(ok)[np.argmin(ev.time["step"][ok])]
     best = res.study.best_trial
     assert best.value == pytest.approx(float(ev.time["step"][argmin]), rel=1e-12)
     assert best.params["tp"] == int(ev.table["tp"][argmin])
-    assert len(res.study.trials) == res.kept == min(1000, res.n_fit)
+    assert res.n_fit > 100 and len(res.study.trials) == res.kept == 100
     # rerun against the same storage adds nothing twice
-    again = plan(p, space, storage=storage, study_name="t")
+    again = plan(p, space, storage=storage, study_name="t", keep=100)
     assert again.kept == 0 and len(again.study.trials) == res.kept
 
 
