@@ -16,7 +16,7 @@ from .limits import MAX_SPEC_INT
 from .problem import make_problem
 from .rules import Reject
 from .specs.job import JOB_FIELDS, JobSpec
-from .search.splits import with_default_split
+from .splits import with_default_split
 from .specs.layout import Layout, parse_stage_layers, stage_layers_slug
 
 INPUT_COLUMNS = (
@@ -35,7 +35,7 @@ LAYOUT_OPTIONAL = ("cp_comm", "cp_a2a")
 form's all-to-all group."""
 SPLIT_COLUMN = "stage_layers"
 """Optional column: layers per pipeline stage (`7,8x14,7`); blank = even, or the balanced split
-`plan` takes where pp x vp does not divide the layers (`search.splits.with_default_split`). The
+`plan` takes where pp x vp does not divide the layers (`splits.with_default_split`). The
 output holds the split each row was scored with and a `note` where it was filled in."""
 _TRUE, _FALSE = {"1", "true", "yes", "on", "t", "y"}, {"0", "false", "no", "off", "f", "n"}
 

@@ -175,8 +175,8 @@ class Evaluation:
 
     def split_kind(self, i: int) -> str:
         """How row i's layers are split over the pipeline stages: `even`, `balanced` (the split
-        `plan` takes for its pp x vp, `search.splits.default_split`) or `custom`."""
-        from .search.splits import split_kind
+        `plan` takes for its pp x vp, `splits.default_split`) or `custom`."""
+        from .splits import split_kind
 
         t = self.table
         return split_kind(self.arch, self.problem.training.seq_len, int(t["pp"][i]),
@@ -262,7 +262,7 @@ def evaluate(problem: Problem, table: LayoutTable, rules=None, arch: Arch | None
 def estimate(problem: Problem, layout: Layout, rules=None) -> dict:
     """Memory and time of one layout, as the estimate JSON dict. A layout that names no split
     where pp x vp does not divide the layers takes the balanced split `plan` would
-    (`search.splits.with_default_split`), recorded in `layout.stage_layers` / `layout.split` and
+    (`splits.with_default_split`), recorded in `layout.stage_layers` / `layout.split` and
     said in `notes`.
 
     Example:
@@ -277,7 +277,7 @@ def estimate(problem: Problem, layout: Layout, rules=None) -> dict:
             GPU count, tp does not divide the heads, ...); not fitting in memory is not an error,
             it is `fits: false`.
     """
-    from .search.splits import with_default_split
+    from .splits import with_default_split
 
     layout, note = with_default_split(problem, layout)
     resolved = layout.resolved(problem.cluster.n_gpus)

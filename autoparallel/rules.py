@@ -62,7 +62,7 @@ def _layers(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
     """Even split: pp x vp divides the layers. Uneven (`lf`, `ll` set): first, last and the equal
     middle stages hold whole, positive layer counts that sum to the layers, the middle ones
     divisible by vp (equal model chunks); the ends take any count, which Megatron-Core writes
-    with its embedding/loss accounting or a pipeline layout (`search.splits`)."""
+    with its embedding/loss accounting or a pipeline layout (`splits`)."""
     L, pp, vp = a.n_layers, t["pp"], t["vp"]
     even_bad = L % (pp * vp) != 0
     lf, ll = t["lf"], t["ll"]

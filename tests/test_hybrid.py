@@ -263,7 +263,7 @@ def test_pipeline_split_weighs_layers_by_type():
     split [8, 8] loads the last stage with 8 MLP layers + the head (136.3M); [9, 7] 100.7M /
     119.5M; [10, 6] 117.4M / 102.7M; [11, 5] 134.2M: [10, 6] is the lightest most loaded stage,
     and the ledger prices it faster than the even split."""
-    from autoparallel.search.splits import balanced_splits, layer_weights, output_weight
+    from autoparallel.splits import balanced_splits, layer_weights, output_weight
 
     m = ModelSpec(name="w", layers="*" * 8 + "-" * 8, hidden_size=1024, n_heads=8, head_dim=128,
                   ffn_hidden_size=4096, vocab_size=1000, activation="relu2")

@@ -20,7 +20,7 @@ from autoparallel.layouts import LayoutTable
 from autoparallel.search.enumerate import enumerate_layouts
 from autoparallel.search.plan import plan
 from autoparallel.search.space import SearchSpace
-from autoparallel.search.splits import balanced_splits, output_weight
+from autoparallel.splits import balanced_splits, output_weight
 
 BLOOM = str(Path(__file__).parent / "data" / "bloom-176b.toml")
 
@@ -79,7 +79,7 @@ def test_layouts_without_a_split_take_the_one_plan_takes():
     --versus, export, tune, the Python API): where pp x vp does not divide the layers it fills in
     the split plan's enumerator keeps for that (pp, vp), and leaves every other layout alone."""
     from autoparallel import api
-    from autoparallel.search.splits import default_split, with_default_split
+    from autoparallel.splits import default_split, with_default_split
 
     # DeepSeek-V3 (61 layers) without its MTP module on pp 16: the report's own split,
     # 3 + 4 x 14 + 2 (arXiv 2412.19437 §3.2; the output layer weighs 1.39 layers here, so the

@@ -121,7 +121,7 @@ def export_command(
         built = problem.for_target(target).build()
         if rank is not None:
             lay = _ranked_layout(built, rank, target)
-    from ..search.splits import with_default_split
+    from ..splits import with_default_split
 
     lay, split_note = with_default_split(built, lay)
     text = render(target, built, lay, target_version, **sbatch)

@@ -192,7 +192,7 @@ def plan_command(
     rules = search.rules()
     if vs is not None:
         from ..evaluate import estimate
-        from ..search.splits import with_default_split
+        from ..splits import with_default_split
 
         try:
             vs, split_note = with_default_split(problem, vs)

@@ -132,7 +132,7 @@ class HybridArch:
         return total
 
     def layer_flops(self, letter: str, seq_len: int) -> float:
-        """Forward FLOPs per token of one layer of a type (the split weights, `search.splits`)."""
+        """Forward FLOPs per token of one layer of a type (the split weights, `splits`)."""
         if letter in self.mixers:
             return self.mixers[letter].flops_per_token()
         total = 0.0

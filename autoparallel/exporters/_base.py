@@ -256,9 +256,9 @@ def dp_bucket_params(job: Job) -> int:
 
 def as_launched(problem: Problem, layout: Layout) -> Layout:
     """`layout` as the launcher file writes it: the balanced uneven split filled in where pp x vp
-    does not divide the layers and none is given (`search.splits.with_default_split`, the split
+    does not divide the layers and none is given (`splits.with_default_split`, the split
     `plan` and `estimate` take), a whole partial recompute written whole (`whole_recompute`)."""
-    from ..search.splits import with_default_split
+    from ..splits import with_default_split
 
     return whole_recompute(problem, with_default_split(problem, layout)[0])
 

@@ -30,7 +30,7 @@ from ..specs.layout import (CP_COMM_CODES, RECOMPUTE_CODES, SCHEDULE_CODES, CpCo
                             modules_mask)
 from ..specs.problem import Problem
 from .space import SearchSpace
-from .splits import balanced_splits, layer_weights, output_weight
+from ..splits import balanced_splits, layer_weights, output_weight
 
 _SCHEDULE_VP = np.array([1, 0, 1, 2, 1, 2])
 """Chunks per rank each schedule code runs (0: any vp > 1)."""

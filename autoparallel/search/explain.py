@@ -186,7 +186,7 @@ def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 def versus(result, layout) -> str:
     """'#1 ... against dp128-tp8-pp16[7,8x14,7]-...: that layout ranks N of M, X % slower
     (its step 9.1 s vs 8.4 s): bubble +0.6 s, ...' or why it cannot run / fit."""
-    from .splits import with_default_split
+    from ..splits import with_default_split
 
     layout = with_default_split(result.problem, layout)[0]
     st = result.standing(layout)

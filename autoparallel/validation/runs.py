@@ -227,7 +227,7 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
         # the uneven split the planner would propose (first/last stages lighter, Megatron-Core's
         # --decoder-first/last-pipeline-num-layers) instead of fractional layers per stage; set
         # before the recompute is inferred, which depends on the most loaded stage
-        from ..search.splits import default_split
+        from ..splits import default_split
 
         split = default_split(arch, seq, lay["pp"], lay["vp"])
         if split:

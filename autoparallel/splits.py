@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..cost.arch import Arch, build_arch
-from ..specs.layout import stage_layers_slug
+from .cost.arch import Arch, build_arch
+from .specs.layout import stage_layers_slug
 
 if TYPE_CHECKING:
-    from ..specs.layout import Layout
-    from ..specs.problem import Problem
+    from .specs.layout import Layout
+    from .specs.problem import Problem
 
 
 def layer_weights(arch: Arch, seq_len: int) -> tuple[float, ...] | None:
