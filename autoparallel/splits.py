@@ -121,9 +121,14 @@ def _balanced_weighted(pp: int, w_last: float, k: int, weights: tuple[float, ...
         per = L // pp
         even = max(loads(per, per, per))
         found = [f for f in found if f[0][0] < round(even, 9)]
-    found.sort()
+    return _best(found, k)
+
+
+def _best(found: list, k: int) -> tuple[tuple[int, int], ...]:
+    """The `k` distinct (first, last) splits of `found` ((cost key, split) pairs), cheapest
+    first."""
     out: list[tuple[int, int]] = []
-    for _, split in found:
+    for _, split in sorted(found):
         if split not in out:
             out.append(split)
         if len(out) == k:
@@ -167,14 +172,7 @@ def _balanced(n_layers: int, pp: int, vp: int, w_last: float, k: int) -> tuple[t
     if n_layers % (pp * vp) == 0:  # an even split exists: only splits that beat it
         even = n_layers / pp + w_last
         found = [f for f in found if f[0][0] < round(even, 9)]
-    found.sort()
-    out: list[tuple[int, int]] = []
-    for _, split in found:
-        if split not in out:
-            out.append(split)
-        if len(out) == k:
-            break
-    return tuple(out)
+    return _best(found, k)
 
 
 def spelled_out(n_layers: int, pp: int, first: int, last: int) -> list[int]:
