@@ -80,9 +80,9 @@ def layout_of(layout: Layout | str | Mapping | None) -> Layout:
     if layout is None:
         raise SpecError("missing layout: give a Layout, a slug such as "
                         "'dp2-tp8-pp4-vp5-cp1-ep1-z1-rselective-sp-mb1' or a dict of axes")
+    if isinstance(layout, str):
+        return Layout.read_slug(layout, "layout")
     try:
-        if isinstance(layout, str):
-            return Layout.from_slug(layout)
         if isinstance(layout, Mapping):
             return Layout.model_validate(dict(layout))
     except ValidationError as exc:

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .bands import Bands, bands_for
-from .cost.arch import Arch, build_arch
+from .cost.arch import Arch
+from .cost.model_arch import build_arch
 from .cost.memory import MEMORY_ITEMS, STAGE_FIGURES, memory_ledger
 from .cost.time import TIME_ITEMS, time_ledger
 from .errors import SpecError

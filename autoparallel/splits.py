@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .cost.arch import Arch, build_arch
+from .cost.arch import Arch
+from .cost.model_arch import build_arch
 from .specs.layout import stage_layers_slug
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from scipy.optimize import least_squares
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from autoparallel.cost.arch import build_arch  # noqa: E402
+from autoparallel.cost.model_arch import build_arch  # noqa: E402
 from autoparallel.cost.time import time_ledger  # noqa: E402
 from autoparallel.data import PUBLISHED_RUNS  # noqa: E402
 from autoparallel.presets import list_stacks  # noqa: E402

@@ -29,7 +29,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autoparallel import make_problem  # noqa: E402
-from autoparallel.cost.arch import build_arch  # noqa: E402
+from autoparallel.cost.model_arch import build_arch  # noqa: E402
 from autoparallel.data import PUBLISHED_RUNS  # noqa: E402
 from autoparallel.search.explain import cp_forms_line  # noqa: E402
 from autoparallel.search.plan import plan  # noqa: E402

@@ -17,7 +17,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from autoparallel import evaluate, make_problem  # noqa: E402
-from autoparallel.cost.arch import build_arch  # noqa: E402
+from autoparallel.cost.model_arch import build_arch  # noqa: E402
 from autoparallel.search.enumerate import enumerate_layouts  # noqa: E402
 from autoparallel.search.plan import plan  # noqa: E402
 

@@ -8,7 +8,7 @@ import pytest
 from autoparallel import ExportError, Layout, make_problem
 from autoparallel.exporters import EXPORTERS, Job, check, render, targets_for
 from autoparallel.exporters._base import HARD_RULES
-from autoparallel.cost.arch import build_arch
+from autoparallel.cost.model_arch import build_arch
 from autoparallel.rules import RULE_BY_NAME, check_rules
 from autoparallel.search.enumerate import enumerate_layouts
 from launcher_checks import (

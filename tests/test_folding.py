@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from autoparallel import ExportError, Layout, estimate, make_problem
-from autoparallel.cost.arch import build_arch
+from autoparallel.cost.model_arch import build_arch
 from autoparallel.cost.memory import stage_params
 from autoparallel.cost.stages import stages
 from autoparallel.errors import SpecError

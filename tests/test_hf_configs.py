@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autoparallel.cost.arch import build_arch
+from autoparallel.cost.model_arch import build_arch
 from autoparallel.errors import InputWarning, SpecError
 from autoparallel.presets import load_model
 from conftest import DATA, run_cli

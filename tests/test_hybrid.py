@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from autoparallel.cost.arch import build_arch
+from autoparallel.cost.model_arch import build_arch
 from autoparallel.cost.linear_attention import delta_rule_flops_per_token
 from autoparallel.cost.mamba import ssd_flops_per_token
 from autoparallel.evaluate import evaluate

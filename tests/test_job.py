@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import autoparallel as ap
 from autoparallel import Layout, estimate, make_problem
 from autoparallel.cli import _register, app
-from autoparallel.cost.arch import build_arch
+from autoparallel.cost.model_arch import build_arch
 from autoparallel.errors import SpecError
 from autoparallel.exporters.from_csv import read_sweep_row
 from autoparallel.output.frames import SWEEP_COLUMNS, ranked_frame

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from autoparallel import Layout, estimate, make_problem
-from autoparallel.cost.arch import build_arch
+from autoparallel.cost.model_arch import build_arch
 from autoparallel.cost.compute import attention_time
 from autoparallel.data import PUBLISHED_RUNS
 from autoparallel.evaluate import evaluate

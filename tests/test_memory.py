@@ -3,7 +3,7 @@
 import pytest
 
 from autoparallel import Layout, LayoutTable, ModelSpec, estimate, load_model, make_problem
-from autoparallel.cost.arch import build_arch
+from autoparallel.cost.model_arch import build_arch
 from autoparallel.cost.memory import layer_activation_bytes
 from autoparallel.units import GiB
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from autoparallel import Layout, make_problem
-from autoparallel.cost.arch import build_arch
+from autoparallel.cost.model_arch import build_arch
 from autoparallel.cost.stages import stages
 from autoparallel.layouts import LayoutTable
 

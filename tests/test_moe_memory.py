@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from autoparallel import Layout, estimate, make_problem
-from autoparallel.cost.arch import build_arch
+from autoparallel.cost.model_arch import build_arch
 from autoparallel.cost.memory import layer_activation_bytes
 from autoparallel.cost.moe_memory import (dispatch_buffer_bytes, moe_act_bytes,
                                           routed_activation_bytes)

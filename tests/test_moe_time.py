@@ -9,7 +9,7 @@ import pytest
 
 from autoparallel import Layout, make_problem
 from autoparallel.cost import moe_dispatch
-from autoparallel.cost.arch import build_arch
+from autoparallel.cost.model_arch import build_arch
 from autoparallel.cost.compute import linear_time
 from autoparallel.cost.moe_dispatch import dispatch_time, node_dedup
 from autoparallel.cost.moe_layer import (expert_gemms, exposed_dispatch, hidden_dispatch_nic,

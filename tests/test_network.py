@@ -189,7 +189,7 @@ def test_hidden_alltoalls_take_nic_time_from_the_dp_reduction():
     # dispatch and combine of the k T copies (2h bytes each) and their fp32 probabilities
     # (4 bytes each), backward the two 2h-byte ones, per MoE layer. Exposed all-to-alls
     # (ep_overlap = 0) run between kernels and leave the NICs to the DP traffic.
-    from autoparallel.cost.arch import build_arch
+    from autoparallel.cost.model_arch import build_arch
     from autoparallel.cost.time import stage_times
     from autoparallel.placement import layout_groups
 

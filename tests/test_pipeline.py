@@ -10,7 +10,7 @@ import pytest
 
 from autoparallel import Layout, estimate, make_problem
 from autoparallel.specs.layout import Schedule
-from autoparallel.cost.arch import build_arch
+from autoparallel.cost.model_arch import build_arch
 from autoparallel.cost.stages import _held
 from autoparallel.cost.time import pipeline_bubble
 from autoparallel.errors import ExportError, SpecError

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from autoparallel import Layout, estimate, make_problem
-from autoparallel.cost.arch import build_arch
+from autoparallel.cost.model_arch import build_arch
 from autoparallel.cost.memory import stage_memory
 from autoparallel.cost.stages import stages
 from autoparallel.errors import ExportError, SpecError

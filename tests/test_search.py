@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from autoparallel import LayoutTable, ModelSpec, estimate, evaluate, make_problem
-from autoparallel.cost.arch import build_arch
+from autoparallel.cost.model_arch import build_arch
 from autoparallel.rules import Reject, active_rules, check_rules, reasons
 from autoparallel.search.enumerate import divisors, enumerate_layouts
 from autoparallel.search.plan import plan
@@ -315,7 +315,7 @@ def test_valid_enumeration_equals_filtering_every_candidate(args):
     """`enumerate_valid` checks the rules before crossing ZeRO and recompute (no rule reads
     them): the same rows as building every candidate and filtering it with `check_rules`, and
     the same per-rule counts, each pruned row counted once per ZeRO x recompute combination."""
-    from autoparallel.cost.arch import build_arch
+    from autoparallel.cost.model_arch import build_arch
     from autoparallel.layouts import COLUMNS
     from autoparallel.rules import RULES, check_rules
     from autoparallel.search.enumerate import enumerate_valid

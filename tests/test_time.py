@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from autoparallel import Layout, estimate, load_model, make_problem
-from autoparallel.cost.arch import build_arch
+from autoparallel.cost.model_arch import build_arch
 from autoparallel.cost.comm import Collective, collective_time
 from autoparallel.placement import group
 

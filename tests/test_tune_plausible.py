@@ -1,4 +1,4 @@
-"""Which measured step times `tune` accepts (autoparallel/tune/plausible.py), old studies
+"""Which measured step times `tune` accepts (autoparallel/validation/plausible.py), old studies
 holding absurd results, and calibration refusing degenerate fits."""
 
 import math
@@ -10,7 +10,7 @@ from autoparallel import make_problem
 from autoparallel.errors import SpecError
 from autoparallel.specs.layout import Layout
 from autoparallel.tune.calibrate import fit_profile
-from autoparallel.tune.plausible import MAX_OVER_PREDICTION, fastest_possible_s, implausible
+from autoparallel.validation.plausible import MAX_OVER_PREDICTION, fastest_step_s, implausible
 from autoparallel.tune.results import collect
 
 
@@ -27,13 +27,13 @@ def test_the_fastest_possible_step_of_llama3_8b_on_8_h100():
     per_seq = 6 * 4096 * gemm + 6 * 4096**2 * 32 * 4096
     want = 64 * per_seq / (8 * 989e12)
     assert want == pytest.approx(1.5986, abs=1e-4)
-    got = fastest_possible_s(make_problem("llama3-8b", "h100", 8, 4096, 64))
+    got = fastest_step_s(make_problem("llama3-8b", "h100", 8, 4096, 64))
     assert got == pytest.approx(want, rel=1e-9)
 
 
 def test_fp8_jobs_are_bounded_by_the_fp8_peak():
-    bf16 = fastest_possible_s(make_problem("llama3-8b", "h100", 8, 4096, 64))
-    fp8 = fastest_possible_s(make_problem("llama3-8b", "h100", 8, 4096, 64, precision="fp8"))
+    bf16 = fastest_step_s(make_problem("llama3-8b", "h100", 8, 4096, 64))
+    fp8 = fastest_step_s(make_problem("llama3-8b", "h100", 8, 4096, 64, precision="fp8"))
     assert fp8 == pytest.approx(bf16 * 989 / 1979, rel=1e-3)  # H100 SXM FP8 dense: 1979 TFLOP/s
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from autoparallel.cost.arch import build_arch
+from autoparallel.cost.model_arch import build_arch
 from autoparallel.validation.conventions import flops_per_token
 from autoparallel.validation.report import predict, summary
 from autoparallel.validation.runs import load_cases, read_runs

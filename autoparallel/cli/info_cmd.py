@@ -24,7 +24,7 @@ def presets_command(
     kind: Annotated[PresetKind, typer.Argument(help="Which presets.", metavar="models|gpus|stacks|networks")] = PresetKind.models,
 ) -> None:
     """List the built-in model, GPU, software-stack or network presets."""
-    from ..cost.arch import build_arch
+    from ..cost.model_arch import build_arch
     from ..presets import (list_gpus, list_models, list_networks, list_stacks, load_gpu,
                            load_model, load_network, load_stack)
 

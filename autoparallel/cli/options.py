@@ -320,7 +320,7 @@ class _LayoutBase:
             if given:
                 raise SpecError(f"give either --layout or layout flags, not both (got --layout "
                                 f"and {', '.join(layout_flag(n) for n in given)})")
-            return parse_slug(self.slug, "--layout")
+            return Layout.read_slug(self.slug, "--layout")
         try:
             if "stage_layers" in given:
                 given["stage_layers"] = parse_stage_layers(given["stage_layers"])
@@ -330,19 +330,6 @@ class _LayoutBase:
             return Layout(**given)
         except ValueError as exc:
             raise SpecError(format_validation_error(exc, "layout")) from None
-
-
-def parse_slug(text: str, flag: str):
-    """The `Layout` of a slug given as `flag` (`--layout`, `--versus`), or a SpecError that
-    names the flag, the part not understood and a slug that works."""
-    from ..specs.layout import Layout
-
-    try:
-        return Layout.from_slug(text)
-    except ValueError as exc:
-        from ..errors import format_validation_error
-
-        raise SpecError(f"`{flag}` = {text!r}: {format_validation_error(exc, 'layout')}") from None
 
 
 def _is_list(name: str) -> bool:

@@ -13,7 +13,7 @@ from ..errors import InfeasibleError, SpecError
 from ..limits import MAX_KEEP, MAX_TOP, MAX_TOP_TABLE, check_int
 from . import command
 from .options import (SEARCH, TARGET_STACKS, Fmt, FormatOpt, PlotOpt, ProblemOptions,
-                      SearchOptions, parse_slug, with_options)
+                      SearchOptions, with_options)
 from .outputs import check_output, working
 
 EXPORT_TARGET = {stack: target for target, stack in reversed(TARGET_STACKS.items())}
@@ -23,7 +23,7 @@ EXPORT_TARGET = {stack: target for target, stack in reversed(TARGET_STACKS.items
 def problem_line(result, note: str | None = None) -> str:
     """'llama3-70b (70.6B params) on 64 x h100 (8 per node), seq 8192, global batch 512;
     megatron-core, bf16: 33,768 layouts, ...': what was planned, on which stack and precision."""
-    from ..cost.arch import build_arch
+    from ..cost.model_arch import build_arch
     from .render import params_label
 
     d = result.problem.describe()
@@ -182,7 +182,9 @@ def plan_command(
         from ..exporters import get_exporter
 
         get_exporter(target)  # an unknown target: one error before any work
-    vs = parse_slug(versus_slug, "--versus") if versus_slug is not None else None
+    from ..specs.layout import Layout
+
+    vs = Layout.read_slug(versus_slug, "--versus") if versus_slug is not None else None
     problem.check()
     given = problem
     note = (f"implied by --target {target}" if given.stack is None and target in TARGET_STACKS

@@ -216,12 +216,9 @@ class Arch:
         return gemm + attn
 
 
-def build_arch(model: ModelSpec) -> Arch:
-    """Derive the `Arch` numbers of a model."""
-    if model.layers is not None:  # hybrid hook: a pattern of layer types
-        from .layer_types import build_hybrid_arch
-
-        return build_hybrid_arch(model)
+def transformer_arch(model: ModelSpec) -> Arch:
+    """Derive the `Arch` numbers of a transformer (every layer attention + MLP or MoE; a model
+    given as a pattern of layer types goes through `cost.model_arch.build_arch`)."""
     h, L = model.hidden_size, model.n_layers
     a, g = model.n_heads, model.kv_heads
     swiglu = model.gated_mlp  # SwiGLU and GeGLU have the same shapes

@@ -26,11 +26,17 @@ from functools import cached_property
 import numpy as np
 
 from ..layouts import LayoutTable
-from .comm import Collective
 from ..specs.layer_pattern import ATTENTION, GDN, LETTERS, MAMBA, MLP, MOE
 from ..specs.model import ModelSpec
 from ..specs.problem import Problem
-from .arch import Arch
+from .arch import Arch, transformer_arch
+from .comm import Collective, collective_time
+from .linear_attention import build_gated_deltanet
+from .mamba import build_mamba
+from .memory import layer_activation_bytes, stage_params
+from .overlap import hidden_cost
+from .stages import stage_layer_counts, stages
+from .time import stage_times, tp_pair
 from .ssm_mixer import SCAN_BWD, MixerArch, mixer_activation_bytes, mixer_cp_bytes, mixer_forward
 
 
@@ -83,6 +89,24 @@ class HybridArch:
 
     def count(self, letter: str) -> int:
         return self.letters.count(letter)
+
+    # The cost model's entry points for a hybrid model (`Arch.hybrid` is not None): the stage,
+    # memory and time modules call these instead of their transformer branch.
+    def stages(self, arch: Arch, t: LayoutTable, global_batch: int) -> dict:
+        """`cost.stages.stages` with per-type layer counts (`hybrid_stages`)."""
+        return hybrid_stages(arch, t, global_batch)
+
+    def stage_times(self, problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[str, dict]:
+        """`cost.time.stage_times` summed over the layer types (`hybrid_stage_times`)."""
+        return hybrid_stage_times(problem, arch, t, groups)
+
+    def stage_params(self, arch: Arch, t: LayoutTable, st) -> tuple[np.ndarray, np.ndarray]:
+        """`cost.memory.stage_params` summed over the layer types (`hybrid_stage_params`)."""
+        return hybrid_stage_params(arch, t, st)
+
+    def activations(self, problem: Problem, arch: Arch, t: LayoutTable, st):
+        """A stage's activations and recompute working set (`hybrid_activations`)."""
+        return hybrid_activations(problem, arch, t, st)
 
     @property
     def n_params(self) -> float:
@@ -162,16 +186,12 @@ def _zero_mlp(a: Arch) -> Arch:
 def build_hybrid_arch(model: ModelSpec) -> Arch:
     """The `Arch` of a hybrid model: the attention part's fields (which the rules and the
     output layer read) with `hybrid` holding every layer type (`HybridArch`)."""
-    from .arch import build_arch
-    from .linear_attention import build_gated_deltanet
-    from .mamba import build_mamba
-
     letters = model.layer_letters
     L = len(letters)
     h = model.hidden_size
     plain = model.model_copy(update={"layers": None, "moe": None, "mamba": None,
                                      "linear_attention": None})
-    base = build_arch(plain)
+    base = transformer_arch(plain)
     single = dict(blocks=1.0, p_norm=float(h), n_layers=L, n_moe_layers=0)
     n_attn, n_mlp, n_moe = (letters.count(k) for k in (ATTENTION, MLP, MOE))
     attn = replace(_zero_mlp(base), n_dense_layers=n_attn, **single)
@@ -186,7 +206,7 @@ def build_hybrid_arch(model: ModelSpec) -> Arch:
             "moe": moe.model_copy(update={"n_dense_layers": 0} | (
                 {"n_shared_experts": 0, "shared_expert_ffn_hidden_size": None} if latent else {})),
             "hidden_size": latent or h})
-        routed = _zero_attention(build_arch(routed_model))
+        routed = _zero_attention(transformer_arch(routed_model))
         routed = replace(routed, n_dense_layers=0, blocks=1.0, n_layers=L, n_moe_layers=n_moe,
                          p_norm=float(h))
         parts.append(Part(MOE, routed, True, False))
@@ -227,8 +247,6 @@ def build_hybrid_arch(model: ModelSpec) -> Arch:
 # ---------------------------------------------------------------------------------- stages
 def _stage_counts(hy: HybridArch, t: LayoutTable) -> dict[str, dict[str, np.ndarray]]:
     """Per stage (first, middle = rank 1, last) and letter, the layers of that type it holds."""
-    from .stages import stage_layer_counts
-
     L = len(hy.letters)
     pp, vp = t["pp"].astype(np.int64), t["vp"].astype(np.int64)
     first, mid, last, _ = stage_layer_counts(L, t)
@@ -261,8 +279,6 @@ def _stage_counts(hy: HybridArch, t: LayoutTable) -> dict[str, dict[str, np.ndar
 def hybrid_stages(arch: Arch, t: LayoutTable, global_batch: int) -> dict:
     """`cost.stages.stages` for a hybrid model: the same stages with `counts` per layer type,
     `n_moe` the MoE layers and `n_dense` the others."""
-    from .stages import stages
-
     hy = arch.hybrid
     plain = stages(replace(arch, hybrid=None), t, global_batch)
     counts = _stage_counts(hy, t)
@@ -295,10 +311,6 @@ _TIME_KEYS = ("fwd", "bwd", "rec", "tp", "cp", "ep", "host", "off", "wgrad", "ni
 def hybrid_stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[str, dict]:
     """`cost.time.stage_times` of a hybrid model: each transformer part through the transformer
     ledger on its own layers (CP's ring exchange only for attention), plus the mixers."""
-    from .comm import collective_time
-    from .stages import stages
-    from .time import _hidden_cost, _tp_pair, stage_times
-
     hy = arch.hybrid
     sts = stages(arch, t, problem.training.global_batch)
     out = {name: {k: 0.0 for k in _TIME_KEYS} | {"stage": st} for name, st in sts.items()}
@@ -315,7 +327,7 @@ def hybrid_stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> 
     prof = problem.profile
     rc = t["rc"]
     cp = t["cp"].astype(np.float64)
-    pair = _tp_pair(problem, t, groups["tp"], hy.parts[0].arch)  # one block's pair
+    pair = tp_pair(problem, t, groups["tp"], hy.parts[0].arch)  # one block's pair
     for letter, mx in hy.mixers.items():
         gemm, scan, elem = mixer_forward(problem, mx, t)
         fwd = gemm + scan + elem
@@ -327,7 +339,7 @@ def hybrid_stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> 
             n = st.counts[letter]
             full = st.recomputed
             if problem.training.tp_comm_overlap:
-                tp = _hidden_cost(prof, pair, gemm) * (1.0 + full) + _hidden_cost(prof, pair, 2.0 * gemm)
+                tp = hidden_cost(prof, pair, gemm) * (1.0 + full) + hidden_cost(prof, pair, 2.0 * gemm)
             else:
                 tp = pair * (2.0 + full)
             o = out[name]
@@ -345,8 +357,6 @@ def hybrid_stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> 
 def hybrid_stage_params(arch: Arch, t: LayoutTable, st) -> tuple[np.ndarray, np.ndarray]:
     """`cost.memory.stage_params` of a hybrid model: the parts' parameters on their layers plus
     the mixers' (TP-split except the pre-norm)."""
-    from .memory import stage_params
-
     hy = arch.hybrid
     dense = expert = 0.0
     for i, part in enumerate(hy.parts):
@@ -361,8 +371,6 @@ def hybrid_stage_params(arch: Arch, t: LayoutTable, st) -> tuple[np.ndarray, np.
 def hybrid_activations(problem: Problem, arch: Arch, t: LayoutTable, st):
     """(activation bytes of the stage, one layer's bytes without recompute: the working set a
     full recompute re-materialises, the largest type present)."""
-    from .memory import layer_activation_bytes
-
     hy = arch.hybrid
     none = np.zeros_like(t["rc"])
     total = 0.0

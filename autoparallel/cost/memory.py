@@ -31,10 +31,8 @@ MEMORY_ITEMS = ("params", "grads", "optimizer", "activations", "embedding_logits
 
 def stage_params(arch: Arch, t: LayoutTable, st: Stage) -> tuple[np.ndarray, np.ndarray]:
     """(dense, expert) parameters held by one GPU of the stage after TP, PP and EP sharding."""
-    if arch.hybrid is not None:  # hybrid hook: summed over the layer types (`cost.layer_types`)
-        from .layer_types import hybrid_stage_params
-
-        return hybrid_stage_params(arch, t, st)
+    if arch.hybrid is not None:  # summed over the layer types (`cost.layer_types.HybridArch`)
+        return arch.hybrid.stage_params(arch, t, st)
     tp = t["tp"].astype(np.float64)
     kv_div = np.minimum(tp, arch.n_kv_heads)  # KV heads replicate once tp > n_kv (reference §3.4)
     layers = st.n_dense + st.n_moe
@@ -199,10 +197,8 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage,
         optimizer = optimizer * (1.0 - t["oo"] / 100.0)
 
     hybrid = arch.hybrid is not None
-    if hybrid:  # hybrid hook: activations and the recompute working set by layer type
-        from .layer_types import hybrid_activations
-
-        activations, a_none = hybrid_activations(problem, arch, t, st)
+    if hybrid:  # activations and the recompute working set by layer type
+        activations, a_none = arch.hybrid.activations(problem, arch, t, st)
         a_dense = a_moe = None
     else:
         acts = acts if acts is not None else layer_activations(problem, arch, t)

@@ -113,10 +113,8 @@ def stage_layer_counts(n_layers: int, t: LayoutTable):
 
 def stages(arch: Arch, t: LayoutTable, global_batch: int) -> dict[str, Stage]:
     """First, middle and last stage of every row (identical when pp = 1)."""
-    if arch.hybrid is not None:  # hybrid hook: the pattern's layers on each stage
-        from .layer_types import hybrid_stages
-
-        return hybrid_stages(arch, t, global_batch)
+    if arch.hybrid is not None:  # a pattern of layer types: its layers on each stage
+        return arch.hybrid.stages(arch, t, global_batch)
     pp, vp = t["pp"].astype(np.float64), t["vp"].astype(np.float64)
     sch = t["sch"]
     m = micro_batches(global_batch, t).astype(np.float64)

@@ -95,7 +95,7 @@ def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
     return gemm + ffn.gemm, attn, _elementwise(problem, arch, t, True) + ffn.elem
 
 
-def _tp_pair(problem: Problem, t: LayoutTable, grp, arch: Arch) -> np.ndarray:
+def tp_pair(problem: Problem, t: LayoutTable, grp, arch: Arch) -> np.ndarray:
     """One block's forward TP communication: an all-reduce (no SP) or an all-gather plus a
     reduce-scatter (SP) of the s*b*h bf16 activation (reference §5.5; seed table). A dense layer
     has two such blocks (attention, MLP); an MoE layer's attention block one, its shared experts
@@ -114,16 +114,14 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups,
                 sts: dict | None = None) -> dict[str, dict]:
     """Per-micro-batch seconds of each stage: fwd, bwd, recompute, tp, cp, ep, host. `sts`: the
     stages to cost (default: `stages(arch, ...)`; a hybrid model passes each layer type's)."""
-    if arch.hybrid is not None:  # hybrid hook: summed over the layer types (`cost.layer_types`)
-        from .layer_types import hybrid_stage_times
-
-        return hybrid_stage_times(problem, arch, t, groups)
+    if arch.hybrid is not None:  # summed over the layer types (`cost.layer_types.HybridArch`)
+        return arch.hybrid.stage_times(problem, arch, t, groups)
     prof = problem.profile
     rc = t["rc"]
     tp, cp = t["tp"].astype(np.float64), t["cp"].astype(np.float64)
     T = t["mb"] * problem.training.seq_len / cp
     kv_div = np.minimum(tp, arch.n_kv_heads)
-    pair = _tp_pair(problem, t, groups["tp"], arch)
+    pair = tp_pair(problem, t, groups["tp"], arch)
     attn_gemm, attn, attn_bwd = _attention_forward(problem, arch, t)
     zero = np.zeros(len(t))
     # each layer kind: (GEMM, core attention, elementwise, overlappable TP communication) forward,

@@ -92,7 +92,7 @@ def comments(lines: list[str], marker: str = "#", width: int = 99) -> list[str]:
 def common_reasons(job: Job) -> list[str]:
     """Reasons shared by every target: the layout breaks one of autoparallel's hard rules (the
     rules every launcher applies too), one reason per rule with the values involved."""
-    from ..cost.arch import build_arch
+    from ..cost.model_arch import build_arch
     from ..evaluate import _layout_error
     from ..layouts import LayoutTable
     from ..rules import RULE_BY_NAME, check_rules

@@ -43,12 +43,10 @@ def ranked_frame(result) -> pd.DataFrame:
     problem = result.problem.describe()
     ev = result.ranked
     if len(ev) == 0:
-        from ..search.explain import nothing_fits_message
-
         row = {c: None for c in SWEEP_COLUMNS} | problem
         row["fits"] = False
         row["problem_rows"] = 1
-        row["note"] = " ".join(nothing_fits_message(result).split())  # one line per row
+        row["note"] = " ".join(result.nothing_fits_message().split())  # one line per row
         return pd.DataFrame([row], columns=list(SWEEP_COLUMNS))
     cols = ev.columns()
     cols["layout"] = [ev.table.row(i).slug for i in range(len(ev))]

@@ -21,7 +21,7 @@ def plot_plan(result, path: str | Path, top: int = 8) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..search.explain import pareto_front
+    from ..frontier import pareto_front
 
     ev = result.ranked
     k = min(top, len(ev))

@@ -174,7 +174,7 @@ def load_model(ref: str | ModelSpec) -> ModelSpec:
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, f"model ({source})")) from None
     if family:
-        from ..cost.arch import build_arch
+        from ..cost.model_arch import build_arch
 
         arch = build_arch(model)
         model = model.model_copy(update={"name": size_name(family, arch.n_params, arch.n_params_active)})

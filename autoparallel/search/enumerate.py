@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from ..cost.arch import build_arch
+from ..cost.model_arch import build_arch
 from ..errors import SpecError
 from ..layouts import ALL_LAYERS, COLUMNS, LayoutTable
 from ..limits import MAX_LAYOUTS

@@ -148,7 +148,7 @@ def _fitting_changes(problem, ev: Evaluation) -> list[str]:
     """The hints among `--recompute full`, `--zero 3` and both together that make one of the
     nearest misses fit (memory ledger within the usable memory, default rules kept): a hint
     is only given when it would actually fit."""
-    from ..cost.arch import build_arch
+    from ..cost.model_arch import build_arch
     from ..cost.memory import memory_ledger
     from ..layouts import LayoutTable
     from ..rules import active_rules, check_rules
@@ -172,15 +172,6 @@ def _fitting_changes(problem, ev: Evaluation) -> list[str]:
     if bool(np.any((t["rc"] != 2) | (t["zero"] < 3))) and fits(rc=2, zero=3):
         return ["--recompute full --zero 3"]
     return []
-
-
-def pareto_front(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Indices of the points not dominated when minimising both x and y (sorted by x)."""
-    order = np.lexsort((y, x))
-    best_y = np.minimum.accumulate(y[order])
-    keep = np.ones(len(order), dtype=bool)
-    keep[1:] = y[order][1:] < best_y[:-1]
-    return order[keep]
 
 
 def versus(result, layout) -> str:

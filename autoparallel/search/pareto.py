@@ -8,7 +8,7 @@ import numpy as np
 
 from ..evaluate import Evaluation
 from ..specs.problem import Problem
-from .explain import pareto_front
+from ..frontier import pareto_front
 from .plan import PlanResult, plan
 
 

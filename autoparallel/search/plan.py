@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..cost.arch import build_arch
+from ..cost.model_arch import build_arch
 from ..cost.memory import memory_ledger
 from ..evaluate import Evaluation, evaluate, in_blocks
 from ..rules import RULES, Reject, active_rules, check_rules
@@ -98,6 +98,12 @@ class PlanResult:
         bands = self.ranked.bands()
         return [{"rank": i + 1, **self.ranked.record(i, bands), "tied": bool(self.tied[i]),
                  "robustness": record_of(self.robustness, i)} for i in range(len(self.ranked))]
+
+    def nothing_fits_message(self) -> str:
+        """Why nothing fits and what would (`search.explain.nothing_fits_message`)."""
+        from .explain import nothing_fits_message
+
+        return nothing_fits_message(self)
 
     def to_frame(self):
         """Ranked layouts as a pandas DataFrame in the sweep CSV schema."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import optuna
 
-from ..cost.arch import build_arch
+from ..cost.model_arch import build_arch
 from ..evaluate import evaluate
 from ..layouts import LayoutTable
 from ..rules import Reject, active_rules

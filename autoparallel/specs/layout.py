@@ -365,6 +365,17 @@ class Layout(Spec):
         )
 
     @classmethod
+    def read_slug(cls, text: str, field: str = "layout") -> Layout:
+        """`from_slug` for a slug a user gave as `field` (`layout`, `--layout`, `--versus`): a
+        SpecError that names the field, the part not understood and a slug that works."""
+        from ..errors import SpecError, format_validation_error
+
+        try:
+            return cls.from_slug(text)
+        except ValueError as exc:  # pydantic's ValidationError is one
+            raise SpecError(f"`{field}` = {text!r}: {format_validation_error(exc, 'layout')}") from None
+
+    @classmethod
     def from_slug(cls, slug: str) -> Layout:
         """Parse `dp8-tp4-pp2-vp1-cp1-ep1-z1-rnone-sp-mb1` (or `...-pp16[7,8x14,7]-...-szbh1`,
         `cp8:a2a` / `cp8:allgather` / `cp8:a2a2+ring4` for the context-parallel form (`cp8`

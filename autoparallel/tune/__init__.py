@@ -155,7 +155,7 @@ def _result(session: TuneSession, calibrate: bool, workdir: str | None) -> TuneR
         pairs = [(Layout.from_slug(r.layout), r.measured_s) for r in rows
                  if r.measured_s is not None and r.layout]
         bogus = [r for r in rows if r.failure == "implausible"]
-        if len(pairs) < 2 and bogus:  # the trials failed as no measurement (tune/plausible.py)
+        if len(pairs) < 2 and bogus:  # the trials failed as no measurement (validation/plausible.py)
             refused = (f"{len(bogus)} trial(s) read step times that are no measurement (trial "
                        f"{bogus[0].number}: {bogus[0].detail}); no efficiency knob explains "
                        "more than 100 % MFU or a unit mix-up: fix the measurement (--measure, "

@@ -35,7 +35,7 @@ from optuna.trial import TrialState
 from ..errors import AutoParallelError
 from ..search.study import PARAM_AXES
 from .claims import current_token, new_token, worker_id
-from .plausible import implausible
+from ..validation.plausible import implausible
 from .command import layout_values, render_exports
 from .runner import Interrupted, run_measurement
 from .study import TuneSession

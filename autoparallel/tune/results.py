@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 import optuna
 from optuna.trial import TrialState
 
-from .plausible import implausible
+from ..validation.plausible import implausible
 
 
 @dataclass(frozen=True)

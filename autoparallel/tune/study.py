@@ -33,7 +33,7 @@ from ..specs.problem import Problem
 from .claims import MemoryClaims, SqlClaims, normalize_url
 from .command import CommandTemplate
 from ..search.storage_check import storage_message as _storage_message
-from .plausible import fastest_possible_s
+from ..validation.plausible import fastest_step_s
 from .pool import CandidatePool, CandidateSampler, make_base_sampler
 from .runner import MetricParser
 
@@ -135,7 +135,7 @@ class TuneSession:
     stop: threading.Event = field(default_factory=threading.Event)
     """Set to stop the workers (Ctrl-C, SIGTERM, an error in one of them)."""
     fastest_s: float = 0.0
-    """The least time a step of the problem can take (`plausible.fastest_possible_s`); faster
+    """The least time a step of the problem can take (`validation.plausible.fastest_step_s`); faster
     measurements are refused as implausible."""
     recovering: threading.Lock = field(default_factory=threading.Lock)
     """Held by the one worker thread that, its own work done, waits for lost trials
@@ -199,5 +199,5 @@ def open_session(config: TuneConfig, make_pool: Callable[[], CandidatePool],
     rdb = storage if isinstance(storage, RDBStorage) else None
     session = TuneSession(config, study, pool, claims, rdb, Path(workdir), log)
     session._budget = config.trials
-    session.fastest_s = fastest_possible_s(config.problem)
+    session.fastest_s = fastest_step_s(config.problem)
     return session

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
-from ..cost.arch import build_arch
+from ..cost.model_arch import build_arch
 from ..cost.time import time_ledger
 from ..errors import SpecError
 from ..specs.hardware import Profile

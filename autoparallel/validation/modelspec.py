@@ -20,7 +20,7 @@ import re
 
 from pydantic import ValidationError
 
-from ..cost.arch import build_arch
+from ..cost.model_arch import build_arch
 from ..errors import format_validation_error
 from ..presets import list_models, load_model
 from ..specs.model import ModelSpec

@@ -10,6 +10,12 @@
   physical knobs, and the profile would promise what no run achieves.
 - Measured / predicted times in a constant ratio across layouts point at something outside the
   layout (the same factor for every layout), not at a mis-priced axis.
+- A step time read from a job's output (`tune`) becomes a trial result only when it could be a
+  measurement (`implausible`): a finite positive number, no faster than the 100 % MFU floor
+  (`fastest_step_s`), and at most `MAX_OVER_PREDICTION` times the prediction (far beyond the cost
+  model's errors, docs/validation.md: a unit mix-up, a millisecond count read as seconds, or the
+  regex caught another number). Otherwise the trial FAILs with reason `implausible`, the number
+  kept in its detail.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ RATIO_FAR = 1.5
 """A constant ratio is reported when it lies beyond x1.5 or /1.5 (the error bands' span)."""
 PINNED_TOL = 1e-3
 """A knob within this share of its range from a bound counts as pinned there."""
+MAX_OVER_PREDICTION = 100.0
+"""A measured step more than this many times the predicted one is not taken as a measurement."""
 
 
 def peak_flops(problem) -> tuple[float, str]:
@@ -40,7 +48,7 @@ def peak_flops(problem) -> tuple[float, str]:
 
 def model_flops_per_step(problem) -> float:
     """Model FLOPs of one optimizer step (6ND plus attention, no recompute), as MFU counts them."""
-    from ..cost.arch import build_arch
+    from ..cost.model_arch import build_arch
 
     tr = problem.training
     return float(tr.global_batch * build_arch(problem.model).model_flops_per_sequence(tr.seq_len))
@@ -126,3 +134,22 @@ def constant_ratio(pairs: Sequence[tuple[float, float]]) -> str | None:
 
 __all__ = ["constant_ratio", "faster_than_peak", "fastest_step_s", "implied_mfu", "peak_flops",
            "pinned"]
+
+
+def implausible(step_s: float, *, fastest_s: float, predicted_s: float | None) -> str | None:
+    """Why `step_s` cannot be a measured step time, or None when it can (see the module
+    docstring)."""
+    if step_s is None or not isinstance(step_s, (int, float)) or math.isnan(step_s):
+        return f"the step time read is not a number ({step_s!r})"
+    if math.isinf(step_s):
+        return f"the step time read is infinite ({step_s!r})"
+    if step_s <= 0:
+        return f"the step time read is {step_s:g} s; a step takes time"
+    if fastest_s > 0 and step_s < fastest_s:
+        return (f"{step_s:.4g} s per step is faster than the GPUs' peak allows "
+                f"({fastest_s:.4g} s at 100 % MFU; MFU would be {fastest_s / step_s:.0%})")
+    if predicted_s and step_s > MAX_OVER_PREDICTION * predicted_s:
+        return (f"{step_s:.4g} s per step is {step_s / predicted_s:.3g} x the prediction "
+                f"({predicted_s:.4g} s): a unit mix-up (milliseconds read as seconds?) or "
+                "another number matched --metric-regex")
+    return None

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from ..cost.arch import build_arch
+from ..cost.model_arch import build_arch
 from ..evaluate import TIME_KEYS, evaluate
 from ..specs.hardware import Profile
 from ..units import GiB, TFLOPS

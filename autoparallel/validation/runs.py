@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..cost.arch import build_arch
+from ..cost.model_arch import build_arch
 from ..errors import AutoParallelError, SpecError
 from ..evaluate import evaluate
 from ..layouts import LayoutTable
