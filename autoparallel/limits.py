@@ -12,7 +12,8 @@ naming the field, the value, why it is refused and what would work.
   1e-30 and 1e15 in magnitude, so that no ratio the time model forms overflows.
 - plan `--top`: at most `MAX_TOP_TABLE` rows in a table (rendering is the slow part), more
   with `--format csv|json`.
-- Enumerated layouts: `MAX_LAYOUTS` rows at any step of the enumeration. Costing a layout
+- Enumerated layouts: `MAX_LAYOUTS` rows built at any step of the enumeration (rows that
+  break a rule before the ZeRO and recompute crosses are counted, not built). Costing a layout
   takes on the order of a kilobyte of arrays, so the limit keeps a plan within a few GiB and
   tens of seconds (Llama-3 405B on 16,384 GPUs enumerates 223,164); beyond it, narrow the
   axes or use the sampler (`autoparallel.search.sampler.sample_search`).

@@ -344,7 +344,7 @@ MUTANTS: tuple[Mutant, ...] = (
       "for x in (b[\"q\"], b[\"k\"] * kv_split, b[\"v\"] * kv_split, b[\"o\"]))",
       "for x in (b[\"q\"], b[\"k\"] * kv_split, b[\"v\"] * kv_split))",
       "Ulysses without the output all-to-all"),
-    M("cp-a2a-backward", "cost/context.py", "one * (2.0 + full)", "one * (1.0 + full)",
+    M("cp-a2a-backward", "cost/context.py", "c[\"a2a\"] * (2.0 + full)", "c[\"a2a\"] * (1.0 + full)",
       "Ulysses backward all-to-alls not counted"),
     M("cp-a2a-group", "cost/context.py", "g = grp[\"a2a\"]", "g = grp[\"all\"]",
       "hierarchical all-to-all over every CP rank"),
@@ -360,7 +360,7 @@ MUTANTS: tuple[Mutant, ...] = (
     M("cp-ag-overlap", "cost/context.py", "f = _hidden_cost(prof, ag, attn_f / cp)",
       "f = _hidden_cost(prof, ag, attn_f)", "PyTorch's gather hides behind all the attention"),
     M("cp-ring-buffers", "cost/context.py",
-      "ring = np.maximum(ring_size(t), RING_BWD_BUFFERS) * kv", "ring = 2.0 * kv",
+      "ring = np.maximum(ring_size(sub), RING_BWD_BUFFERS) * kv", "ring = 2.0 * kv",
       "two K, V buffers whatever the ring (the forward keeps c)"),
     M("cp-a2a-buffers", "cost/context.py", "a2a = 2.0 * T * (b[\"q\"] + b[\"kv_a2a\"])",
       "a2a = T * (b[\"q\"] + b[\"kv_a2a\"])", "one Q, K, V copy for the all-to-all"),
@@ -372,11 +372,16 @@ MUTANTS: tuple[Mutant, ...] = (
       "Ulysses does not check the KV heads (GQA)"),
     M("cp-heads-q", "cost/context.py", "((q_heads % u != 0) | ~kv_ok)", "(~kv_ok)",
       "Ulysses does not check the query heads"),
-    M("cp-tiers", "cost/context.py", "grp = cp_groups(t, tier_sizes(problem))",
-      "grp = cp_groups(t, problem.cluster.nvlink_domain)",
+    M("cp-tiers", "cost/context.py", "grp = cp_groups(sub, tier_sizes(problem))",
+      "grp = cp_groups(sub, problem.cluster.nvlink_domain)",
       "CP groups placed in NVLink domains only, blind to the network's tiers", COMM),
     M("cp-window", "cost/context.py", "return (t[\"cp\"] > 1) & ring & windowed",
       "return (t[\"cp\"] > 1) & windowed", "sliding windows refused with a2a and allgather too"),
+    # ---- distinct_rows.py: stage times once per distinct row
+    M("distinct-columns", "cost/distinct_rows.py", 'NOT_IN_STAGE_TIMES = ("zero", "oo")',
+      'NOT_IN_STAGE_TIMES = ("zero", "oo", "mb")',
+      "stage times shared by rows that differ in micro-batch size",
+      ("tests/test_distinct_rows.py",)),
     M("cp-hier-sizes", "search/enumerate.py",
       "hier = _keep(hier, (u > 1) & (u < cp) & (cp % u == 0))",
       "hier = _keep(hier, (u > 1) & (cp % u == 0))",
@@ -498,8 +503,11 @@ def run_one(m: Mutant, python: str, snapshot: Path) -> tuple[str, float, str]:
         tests = [t for t in m.tests if (Path(tmp) / t.split("::")[0]).exists()]
         if not tests:
             return "broken", time.perf_counter() - t0, "none of its tests exist in this tree"
+        # one process per mutant (`-o addopts=`: not the suite's pytest-xdist workers, under
+        # which `-x` stopping the run exits 2, "interrupted", instead of 1)
         r = subprocess.run([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-                            *tests], env=env, capture_output=True, text=True, cwd=tmp)
+                            "-o", "addopts=", *tests], env=env, capture_output=True, text=True,
+                           cwd=tmp)
         last = (r.stdout.strip().splitlines() or [""])[-1]
         # pytest exit 1: a test failed; 0: all passed; anything else (usage error, no tests
         # collected, internal error) says nothing about the mutant

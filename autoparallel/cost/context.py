@@ -100,46 +100,87 @@ def _per_token(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nda
             "o": 2.0 * arch.n_heads * arch.v_head_dim / tp, "kv_a2a": kv_a2a}
 
 
-def cp_layer_time(problem: Problem, arch: Arch, t: LayoutTable, attn_f, full) -> np.ndarray:
-    """Seconds of CP communication one layer adds per micro-batch on one GPU, forward, backward
-    and (`full`: share of layers fully recomputed) the recomputed forward, with `attn_f` the
-    rank's forward attention seconds (1/c of the layer's, `cost.time._layer_forward`)."""
-    prof = problem.profile
-    cc, cp = t["cc"], t["cp"].astype(np.float64)
-    T = t["mb"] * problem.training.seq_len / cp
-    grp = cp_groups(t, tier_sizes(problem))
-    b = _per_token(problem, arch, t)
-    out = np.zeros(len(t))
+def cp_collectives(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.ndarray]:
+    """Per row, the collective seconds of its CP form for one layer and micro-batch: `ring_step`
+    (one hop of the rank's K, V), `a2a` (the four all-to-alls of one pass), `ag` and `rs` (the
+    K, V all-gather and the dK, dV reduce-scatter), 0 where the form does not use them or
+    cp = 1; `r` and `u` the ring and all-to-all sizes. Priced on the rows with cp > 1 only (a
+    row with cp = 1 exchanges nothing) and once per table: `cp_layer_time` combines them with
+    each layer kind's attention time."""
+    n = len(t)
+    out = {k: np.zeros(n) for k in ("ring_step", "a2a", "ag", "rs")}
+    out["r"], out["u"] = np.ones(n), np.ones(n)
+    rows = np.flatnonzero(t["cp"] > 1)
+    if len(rows) == 0:
+        return out
+    sub = t.take(rows) if len(rows) < n else t
+    cc, cp = sub["cc"], sub["cp"].astype(np.float64)
+    T = sub["mb"] * problem.training.seq_len / cp
+    grp = cp_groups(sub, tier_sizes(problem))
+    b = _per_token(problem, arch, sub)
+    r, u = ring_size(sub), a2a_size(sub)
+    out["r"][rows], out["u"][rows] = r, u
 
     ring = (cc == RING) | (cc == A2A_RING)
     if np.any(ring):
         # one hop of this rank's K, V (after the hierarchical a2a: T u tokens of 1/u of the
-        # heads, the same bytes), hidden behind one of the r steps of the rank's attention
-        r = ring_size(t)
+        # heads, the same bytes)
         step = collective_time(problem, Collective.P2P, T * b["kv"], grp["ring"])
-        f = (r - 1) * _hidden_cost(prof, step, attn_f / r)
-        bwd = (r - 1) * _hidden_cost(prof, 2.0 * step, ATTN_BWD * attn_f / r)
-        out = out + np.where(ring & (r > 1), f * (1.0 + full) + bwd, 0.0)
+        out["ring_step"][rows] = np.where(ring & (r > 1), step, 0.0)
 
     a2a = (cc == A2A) | (cc == A2A_RING)
     if np.any(a2a):
         # Q, K, V before attention and the output after it, one all-to-all each (TE issues
-        # them one by one); the backward moves dO and dQ, dK, dV: the same bytes; exposed
+        # them one by one)
         g = grp["a2a"]
         kv_split = b["kv_a2a"] / b["kv"]
         one = sum(collective_time(problem, Collective.ALL_TO_ALL, T * x, g)
                   for x in (b["q"], b["k"] * kv_split, b["v"] * kv_split, b["o"]))
-        out = out + np.where(a2a & (a2a_size(t) > 1), one * (2.0 + full), 0.0)
+        out["a2a"][rows] = np.where(a2a & (u > 1), one, 0.0)
 
     gather = cc == ALLGATHER
     if np.any(gather):
-        # K and V of the whole sequence gathered (output c T bytes each), again in the
-        # backward, whose dK, dV are reduce-scattered
+        # K and V of the whole sequence gathered (output c T bytes each); dK, dV
+        # reduce-scattered in the backward
         g = grp["all"]
         ag = collective_time(problem, Collective.ALL_GATHER, cp * T * b["k"], g) + \
             collective_time(problem, Collective.ALL_GATHER, cp * T * b["v"], g)
         rs = collective_time(problem, Collective.REDUCE_SCATTER, cp * T * b["k"], g) + \
             collective_time(problem, Collective.REDUCE_SCATTER, cp * T * b["v"], g)
+        out["ag"][rows] = np.where(gather, ag, 0.0)
+        out["rs"][rows] = np.where(gather, rs, 0.0)
+    return out
+
+
+def cp_layer_time(problem: Problem, arch: Arch, t: LayoutTable, attn_f, full,
+                  coll: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    """Seconds of CP communication one layer adds per micro-batch on one GPU, forward, backward
+    and (`full`: share of layers fully recomputed) the recomputed forward, with `attn_f` the
+    rank's forward attention seconds (1/c of the layer's, `cost.time._layer_forward`). `coll`:
+    `cp_collectives` of the table, when the caller prices several layer kinds."""
+    prof = problem.profile
+    cc, cp = t["cc"], t["cp"].astype(np.float64)
+    c = coll if coll is not None else cp_collectives(problem, arch, t)
+    out = np.zeros(len(t))
+
+    ring = ((cc == RING) | (cc == A2A_RING)) & (c["r"] > 1)
+    if np.any(ring):
+        # r - 1 hops forward, each hidden behind one of the r steps of the rank's attention;
+        # backward K, V and dK, dV together behind a step of the backward
+        r, step = c["r"], c["ring_step"]
+        f = (r - 1) * _hidden_cost(prof, step, attn_f / r)
+        bwd = (r - 1) * _hidden_cost(prof, 2.0 * step, ATTN_BWD * attn_f / r)
+        out = out + np.where(ring, f * (1.0 + full) + bwd, 0.0)
+
+    a2a = ((cc == A2A) | (cc == A2A_RING)) & (c["u"] > 1)
+    if np.any(a2a):
+        # the backward moves dO and dQ, dK, dV: the same bytes; exposed (attention waits for
+        # all heads)
+        out = out + np.where(a2a, c["a2a"] * (2.0 + full), 0.0)
+
+    gather = cc == ALLGATHER
+    if np.any(gather & (cp > 1)):
+        ag, rs = c["ag"], c["rs"]
         if problem.stack.cp_allgather_overlap:  # issued with the first block of attention
             f = _hidden_cost(prof, ag, attn_f / cp)
             bwd = _hidden_cost(prof, ag + rs, ATTN_BWD * attn_f / cp)
@@ -152,16 +193,22 @@ def cp_layer_time(problem: Problem, arch: Arch, t: LayoutTable, attn_f, full) ->
 def cp_buffer_bytes(problem: Problem, arch: Arch, t: LayoutTable) -> np.ndarray:
     """Transient bytes the form holds on one GPU during a layer's attention (overhead item):
     ring max(r, 4) x the rank's K, V; a2a twice its Q, K, V; allgather 2c x its K, V;
-    a2a+ring the ring's and the a2a's (module docstring)."""
-    cc, cp = t["cc"], t["cp"].astype(np.float64)
-    T = t["mb"].astype(np.float64) * problem.training.seq_len / cp
-    b = _per_token(problem, arch, t)
+    a2a+ring the ring's and the a2a's (module docstring); 0 where cp = 1 (costed on the rows
+    with cp > 1 only)."""
+    out = np.zeros(len(t))
+    rows = np.flatnonzero(t["cp"] > 1)
+    if len(rows) == 0:
+        return out
+    sub = t.take(rows) if len(rows) < len(t) else t
+    cc, cp = sub["cc"], sub["cp"].astype(np.float64)
+    T = sub["mb"].astype(np.float64) * problem.training.seq_len / cp
+    b = _per_token(problem, arch, sub)
     kv = T * b["kv"]
-    ring = np.maximum(ring_size(t), RING_BWD_BUFFERS) * kv
+    ring = np.maximum(ring_size(sub), RING_BWD_BUFFERS) * kv
     a2a = 2.0 * T * (b["q"] + b["kv_a2a"])
-    out = np.select([cc == RING, cc == A2A, cc == ALLGATHER, cc == A2A_RING],
-                    [ring, a2a, 2.0 * cp * kv, ring + a2a], 0.0)
-    return np.where(cp > 1, out, 0.0)
+    out[rows] = np.select([cc == RING, cc == A2A, cc == ALLGATHER, cc == A2A_RING],
+                          [ring, a2a, 2.0 * cp * kv, ring + a2a], 0.0)
+    return out
 
 
 def heads_violated(problem: Problem, arch: Arch, t: LayoutTable) -> np.ndarray:

@@ -149,9 +149,10 @@ def op_sac_bytes(arch: Arch, t: LayoutTable, tokens: np.ndarray, moe: bool,
 def layer_activations(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.ndarray]:
     """Per-layer activation bytes of one micro-batch, the same on every stage
     (`layer_activation_bytes`): `dense` and `moe` layers under the row's recompute, and
-    `dense_kept` / `moe_kept` without recompute."""
+    `dense_kept` / `moe_kept` without recompute; `kv_buffers` the CP form's buffers
+    (`cost.context.cp_buffer_bytes`)."""
     none = np.zeros_like(t["rc"])
-    return {"dense": layer_activation_bytes(problem, arch, t, moe=False),
+    return {"kv_buffers": cp_buffer_bytes(problem, arch, t),"dense": layer_activation_bytes(problem, arch, t, moe=False),
             "moe": layer_activation_bytes(problem, arch, t, moe=True),
             "dense_kept": layer_activation_bytes(problem, arch, t, moe=False, recompute=none),
             "moe_kept": layer_activation_bytes(problem, arch, t, moe=True, recompute=none)}
@@ -252,7 +253,7 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage,
         working = working * np.where(t["rc"] == 2, group, 1.0)
     # CP: the buffers of the layout's form during a layer's attention (ring receive buffers,
     # the all-to-all copies, the gathered K, V; `cost.context.cp_buffer_bytes`)
-    kv_buffers = cp_buffer_bytes(problem, arch, t)
+    kv_buffers = acts["kv_buffers"] if acts is not None else cp_buffer_bytes(problem, arch, t)
     # torch.autocast over fp32 weights caches the 16-bit cast of every weight it meets until the
     # forward ends (torch.autocast `cache_enabled=True`, PyTorch docs; autocast_mode.cpp caches
     # casts of leaf tensors that require grad): a whole 16-bit copy of the stage's weights, also

@@ -22,7 +22,8 @@ from ..units import MS
 from .arch import Arch
 from .comm import Collective, collective_time, nic_seconds
 from .compute import attention_time, gemm_time, linear_time, memory_bound_time
-from .context import cp_layer_time
+from .context import cp_collectives, cp_layer_time
+from .distinct_rows import distinct_rows
 from .moe_dispatch import dispatch_time
 from .moe_layer import exposed_dispatch, hidden_dispatch_nic, moe_ffn
 from .network import sizes as tier_sizes
@@ -148,11 +149,13 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups,
         f = _hidden_cost(prof, tp_fwd, gemm_f)
         return f * (1.0 + full) + _hidden_cost(prof, tp_fwd, 2.0 * gemm_f)
 
+    cp_coll = cp_collectives(problem, arch, t)  # once for every stage and layer kind
+
     def cp_layer(attn_f, full):
         # the layout's context-parallel form: ring hops hidden behind blocks of attention,
         # Ulysses all-to-alls, the K, V all-gather or both levels of the hierarchy
         # (`cost.context`; reference §5.6)
-        return cp_layer_time(problem, arch, t, attn_f, full)
+        return cp_layer_time(problem, arch, t, attn_f, full, cp_coll)
 
     # output layer + vocab-parallel cross-entropy on the last stage
     V = arch.vocab
@@ -319,13 +322,28 @@ def tied_embedding_allreduce(problem: Problem, arch: Arch, t: LayoutTable) -> np
     return np.where(pp > 1, collective_time(problem, Collective.ALL_REDUCE, nbytes, pair), 0.0)
 
 
+def _distinct_stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[str, dict]:
+    """`stage_times` of every row, computed once per group of rows that differ only in what
+    the stage times do not read (the ZeRO stage, optimizer offload: `cost.distinct_rows`) and
+    copied to the group's rows; the same numbers as `stage_times(problem, arch, t, groups)`."""
+    found = distinct_rows(t)
+    if found is None:
+        return stage_times(problem, arch, t, groups)
+    first, inverse = found
+    sub = t.take(first)
+    res = stage_times(problem, arch, sub, layout_groups(sub, tier_sizes(problem)))
+    sts = stages(arch, t, problem.training.global_batch)
+    return {name: {k: v[inverse] if np.ndim(v) else v for k, v in items.items() if k != "stage"}
+            | {"stage": sts[name]} for name, items in res.items()}
+
+
 def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.ndarray]:
     """Time items (seconds per step) of the pacing stage, plus `step`, `stage` and `m`."""
     groups = layout_groups(t, tier_sizes(problem))
     m = micro_batches(problem.training.global_batch, t).astype(np.float64)
     pp, vp = t["pp"].astype(np.float64), t["vp"].astype(np.float64)
     tp, sp = t["tp"].astype(np.float64), t["sp"] == 1
-    per_stage = stage_times(problem, arch, t, groups)
+    per_stage = _distinct_stage_times(problem, arch, t, groups)
     tau = {k: v["fwd"] + v["bwd"] + v["rec"] + v["tp"] + v["cp"] + v["ep"] + v["off"] + v["host"]
            for k, v in per_stage.items()}
     tau_all = np.stack(list(tau.values()))

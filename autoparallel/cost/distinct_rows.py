@@ -1,0 +1,75 @@
+"""Rows of a layout table that agree on a set of columns, found once so that a cost which reads
+only those columns is computed once per distinct row and copied to the others.
+
+The stage times (`cost.time.stage_times`: compute, recompute, TP, CP, EP and host time per
+micro-batch) do not read the ZeRO stage or the optimizer offload, which the enumerator crosses
+every other axis with (`search.enumerate`: zero in 0..3), so most tables hold each stage-time row
+several times. Exact: rows are grouped by a hash of their columns and the grouping is then
+checked column by column; a collision (or too few repeats to pay) gives None and the caller
+costs every row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..layouts import COLUMNS, LayoutTable
+
+NOT_IN_STAGE_TIMES = ("zero", "oo")
+"""Columns `cost.time.stage_times` does not read (tests/test_time.py checks it)."""
+STAGE_TIME_COLUMNS = tuple(c for c in COLUMNS if c not in NOT_IN_STAGE_TIMES)
+"""The columns the stage times depend on."""
+MIN_REPEAT = 1.25
+"""Rows per distinct row below which the grouping is not worth its sort."""
+_MULT = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio, odd: a bijective multiply mod 2^64
+
+
+def _packed(t: LayoutTable, columns) -> np.ndarray | None:
+    """Each row's `columns` as one uint64 (each column offset by its minimum in its own bits),
+    exact; None when they need more than 64 bits."""
+    key = np.zeros(len(t), dtype=np.uint64)
+    shift = 0
+    for c in columns:
+        v = t[c]
+        lo, hi = int(v.min()), int(v.max())
+        if hi == lo:
+            continue  # the same in every row: no bits
+        bits = (hi - lo).bit_length()
+        if shift + bits > 64:
+            return None
+        key |= (v - lo).astype(np.uint64) << np.uint64(shift)
+        shift += bits
+    return key
+
+
+def _hashed(t: LayoutTable, columns) -> np.ndarray:
+    """A 64-bit hash of each row's `columns` (equal rows, equal hashes; the converse is checked
+    by the caller)."""
+    h = np.zeros(len(t), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for c in columns:
+            h = (h ^ t[c].astype(np.uint64)) * _MULT
+            h ^= h >> np.uint64(29)
+    return h
+
+
+def distinct_rows(t: LayoutTable, columns=STAGE_TIME_COLUMNS) -> tuple[np.ndarray, np.ndarray] | None:
+    """(first, inverse): `first` the index of one row of each group of rows equal on `columns`,
+    `inverse` per row its group (`t[c][first][inverse] == t[c]` for every c); None when the
+    rows are nearly all distinct or two groups share a hash."""
+    n = len(t)
+    if n < 2:
+        return None
+    key = _packed(t, columns)
+    exact = key is not None
+    if not exact:
+        key = _hashed(t, columns)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    if len(first) * MIN_REPEAT > n:
+        return None
+    inverse = inverse.reshape(-1)
+    if not exact:
+        for c in columns:
+            if not np.array_equal(t[c][first][inverse], t[c]):
+                return None  # a hash collision: cost every row
+    return first, inverse

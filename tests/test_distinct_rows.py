@@ -1,0 +1,102 @@
+"""Stage times computed once per distinct row (`cost.distinct_rows`): the grouping is exact, the
+columns it leaves out are ones the stage times do not read, and the time ledger is the same
+number for number as costing every row."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autoparallel import make_problem
+from autoparallel.cost import distinct_rows as dr
+from autoparallel.cost import time as time_mod
+from autoparallel.cost.model_arch import build_arch
+from autoparallel.cost.network import sizes
+from autoparallel.layouts import COLUMNS, LayoutTable
+from autoparallel.placement import layout_groups
+from autoparallel.search.enumerate import enumerate_layouts
+from autoparallel.search.space import SearchSpace
+
+PROBLEMS = [
+    ("llama3-8b", "h100", 64, 8192, 256, {}),          # dense, CP forms open
+    ("mixtral-8x7b", "h100", 64, 4096, 512, {}),       # MoE: ep, etp
+    ("nemotron-h-8b", "h100", 64, 8192, 256, {}),      # hybrid layer types
+    ("llama3-8b", "h100", 16, 4096, 64,                # offload and named recompute opened
+     {"offload_layers": [0, 2], "optimizer_offload": [0.0, 0.5]}),
+]
+
+
+def _table(args):
+    *p, extra = args
+    problem = make_problem(*p)
+    space = SearchSpace(**extra) if extra else None
+    return problem, enumerate_layouts(problem, space) if space else enumerate_layouts(problem)
+
+
+def _tiny(**cols) -> LayoutTable:
+    n = len(next(iter(cols.values())))
+    base = {k: np.ones(n, dtype=np.int64) for k in COLUMNS}
+    return LayoutTable(base | {k: np.asarray(v, dtype=np.int64) for k, v in cols.items()})
+
+
+def test_groups_of_a_hand_made_table():
+    # rows 0, 2, 4 agree on everything but zero and oo; rows 1 and 3 agree; row 5 is alone
+    t = _tiny(tp=[1, 2, 1, 2, 1, 4], zero=[0, 1, 2, 3, 3, 0], oo=[0, 0, 50, 0, 25, 0])
+    first, inverse = dr.distinct_rows(t)
+    assert len(first) == 3
+    groups = {tuple(np.flatnonzero(inverse == g)) for g in range(3)}
+    assert groups == {(0, 2, 4), (1, 3), (5,)}
+    for c in dr.STAGE_TIME_COLUMNS:
+        assert np.array_equal(t[c][first][inverse], t[c])
+
+
+def test_the_hashed_path_groups_the_same(monkeypatch):
+    t = _tiny(tp=[1, 2, 1, 2, 1, 4], zero=[0, 1, 2, 3, 3, 0], oo=[0, 0, 50, 0, 25, 0])
+    packed = dr.distinct_rows(t)
+    monkeypatch.setattr(dr, "_packed", lambda *a: None)  # as if the columns needed > 64 bits
+    hashed = dr.distinct_rows(t)
+
+    def partition(found):
+        first, inverse = found
+        return {tuple(np.flatnonzero(inverse == g)) for g in range(len(first))}
+
+    assert partition(hashed) == partition(packed) == {(0, 2, 4), (1, 3), (5,)}
+
+
+def test_a_hash_collision_costs_every_row(monkeypatch):
+    t = _tiny(tp=[1, 2, 1, 2], zero=[0, 1, 2, 3])
+    monkeypatch.setattr(dr, "_packed", lambda *a: None)
+    monkeypatch.setattr(dr, "_hashed", lambda t, c: np.zeros(len(t), dtype=np.uint64))
+    assert dr.distinct_rows(t) is None  # tp 1 and tp 2 share a hash: refused, not merged
+
+
+def test_too_few_repeats_are_not_grouped():
+    assert dr.distinct_rows(_tiny(tp=[1, 2, 4, 8], zero=[0, 0, 0, 1])) is None
+
+
+@pytest.mark.parametrize("args", PROBLEMS, ids=lambda a: f"{a[0]}-{a[2]}")
+def test_stage_times_do_not_read_the_columns_left_out(args):
+    problem, t = _table(args)
+    t = t.take(np.arange(0, len(t), max(1, len(t) // 4000)))
+    arch = build_arch(problem.model)
+    other = LayoutTable(dict(t.columns) | {"zero": (t["zero"] + 1) % 4, "oo": 100 - t["oo"]},
+                        t.n_layers)
+    g = layout_groups(t, sizes(problem))
+    a = time_mod.stage_times(problem, arch, t, g)
+    b = time_mod.stage_times(problem, arch, other, layout_groups(other, sizes(problem)))
+    for name in a:
+        for k, v in a[name].items():
+            if k != "stage":
+                assert np.array_equal(np.broadcast_to(v, len(t)), np.broadcast_to(b[name][k], len(t))), (name, k)
+
+
+@pytest.mark.parametrize("args", PROBLEMS, ids=lambda a: f"{a[0]}-{a[2]}")
+def test_the_time_ledger_is_the_same_as_costing_every_row(args, monkeypatch):
+    problem, t = _table(args)
+    arch = build_arch(problem.model)
+    assert dr.distinct_rows(t) is not None  # the enumerator repeats rows over zero
+    grouped = time_mod.time_ledger(problem, arch, t)
+    monkeypatch.setattr(time_mod, "distinct_rows", lambda t: None)
+    every = time_mod.time_ledger(problem, arch, t)
+    for k in every:
+        assert np.array_equal(grouped[k], every[k]), k
