@@ -368,12 +368,17 @@ class Layout(Spec):
     def read_slug(cls, text: str, field: str = "layout") -> Layout:
         """`from_slug` for a slug a user gave as `field` (`layout`, `--layout`, `--versus`): a
         SpecError that names the field, the part not understood and a slug that works."""
+        from pydantic import ValidationError
+
         from ..errors import SpecError, format_validation_error
 
         try:
             return cls.from_slug(text)
-        except ValueError as exc:  # pydantic's ValidationError is one
-            raise SpecError(f"`{field}` = {text!r}: {format_validation_error(exc, 'layout')}") from None
+        except ValidationError as exc:  # a part read, its value out of range: `tp` = 0: ...
+            detail = format_validation_error(exc, "layout")
+        except ValueError as exc:  # a part not understood (the message names it)
+            detail = str(exc)
+        raise SpecError(f"`{field}` = {text!r}: {detail}")
 
     @classmethod
     def from_slug(cls, slug: str) -> Layout:
