@@ -201,7 +201,24 @@ def _show(raw: bytes, n: int = 40) -> str:
     return repr(text + ("..." if len(raw) > n else ""))
 
 
-class SweepWriter:
+class _FdWriter:
+    """A sweep writer's file descriptor, closed once; a failing close is an `OutputError`
+    naming the flag and the path."""
+
+    fd: int | None
+    path: Path
+    flag: str
+
+    def close(self) -> None:
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            try:
+                os.close(fd)
+            except OSError as exc:
+                raise output_error(self.flag, self.path, exc) from None
+
+
+class SweepWriter(_FdWriter):
     """Appends whole problem blocks to the output open (and locked, `output.lock`) as `fd`
     (see the module docstring); `existing` is what `read_existing` found in it."""
 
@@ -279,16 +296,8 @@ class SweepWriter:
             except OSError:
                 pass
 
-    def close(self) -> None:
-        if self.fd is not None:
-            fd, self.fd = self.fd, None
-            try:
-                os.close(fd)
-            except OSError as exc:
-                raise output_error(self.flag, self.path, exc) from None
 
-
-class StreamWriter:
+class StreamWriter(_FdWriter):
     """Writes a sweep to a stream (`/dev/stdout`, a pipe, a FIFO, /dev/null): the header, then
     each block; no resume, no fsync."""
 
@@ -301,11 +310,3 @@ class StreamWriter:
             write_all(self.fd, block)
         except OSError as exc:
             raise output_error(self.flag, self.path, exc) from None
-
-    def close(self) -> None:
-        if self.fd is not None:
-            fd, self.fd = self.fd, None
-            try:
-                os.close(fd)
-            except OSError as exc:
-                raise output_error(self.flag, self.path, exc) from None
