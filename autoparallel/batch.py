@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .csv_input import read_csv_strings
 from .errors import AutoParallelError, SpecError
 from .evaluate import _layout_error, evaluate
 from .layouts import LayoutTable
@@ -110,14 +111,7 @@ def job_from_row(row) -> dict:
 
 def read_layouts_csv(path: str | Path) -> pd.DataFrame:
     """Read the batch input, checking the required columns are present."""
-    try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except FileNotFoundError:
-        raise SpecError(f"--input {path}: file not found") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise SpecError(f"--input {path}: not a readable CSV ({exc})") from None
-    except OSError as exc:  # a directory, no permission, ...
-        raise SpecError(f"--input {path}: cannot read ({exc.strerror or exc})") from None
+    frame = read_csv_strings(path, f"--input {path}")
     required = [c for c in INPUT_COLUMNS if c not in _OPTIONAL_DEFAULTS]
     missing = [c for c in required if c not in frame.columns]
     if missing:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..batch import _bool, _int, _text, job_from_row
+from ..csv_input import read_csv_strings
 from ..errors import AutoParallelError, SpecError
 from ..problem import make_problem
 from ..specs.layout import Layout
@@ -26,14 +27,7 @@ OPTIONAL = ("gpus_per_node", "dp", "vp", "cp", "cp_comm", "cp_a2a", "ep", "etp",
 def read_table(path: str | Path) -> pd.DataFrame:
     """The CSV as strings, with the required columns checked."""
     where = f"--from {path}"
-    try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except FileNotFoundError:
-        raise SpecError(f"{where}: file not found") from None
-    except (IsADirectoryError, PermissionError) as exc:
-        raise SpecError(f"{where}: cannot read ({exc.strerror})") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{where}: not a readable CSV ({str(exc).strip()})") from None
+    frame = read_csv_strings(path, where)
     missing = [c for c in REQUIRED if c not in frame.columns]
     if missing:
         raise SpecError(f"{where}: missing column(s) {', '.join(missing)}; a sweep CSV (from "

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..cost.model_arch import build_arch
+from ..csv_input import read_csv_strings
 from ..errors import AutoParallelError, SpecError
 from ..evaluate import evaluate
 from ..layouts import LayoutTable
@@ -281,10 +282,7 @@ def read_settings(path) -> pd.DataFrame | None:
     path = Path(path)
     if not path.exists():
         return None
-    try:
-        table = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise SpecError(f"{path}: not a readable CSV ({str(exc).strip()})") from None
+    table = read_csv_strings(path, str(path))
     missing = {"row_id", "field", "value", "source"} - set(table.columns)
     if missing:
         raise SpecError(f"{path}: missing column(s) {', '.join(sorted(missing))}; a settings table "
@@ -303,14 +301,7 @@ def read_runs(path, settings="auto") -> pd.DataFrame:
     """Read a runs CSV; reject the file (SpecError) when it is unreadable or lacks columns.
     `settings`: a side table of further settings per row (`SETTINGS_FILE`); "auto" reads the
     one next to the runs file when there is one, None reads none."""
-    try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except FileNotFoundError:
-        raise SpecError(f"--runs {path}: file not found") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise SpecError(f"--runs {path}: not a readable CSV ({str(exc).strip()})") from None
-    except OSError as exc:  # a directory, no permission, ...
-        raise SpecError(f"--runs {path}: cannot read ({exc.strerror or exc})") from None
+    frame = read_csv_strings(path, f"--runs {path}")
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
         raise SpecError(f"--runs {path}: missing column(s) {', '.join(missing)}; a runs file needs "
