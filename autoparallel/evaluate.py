@@ -145,12 +145,24 @@ class Evaluation:
             "profile_basis": self.problem.profile_basis,
             "band": bands.basis(i),
             "model_params": self.arch.param_counts(),
-            "notes": [],
+            "notes": self._notes(i),
         }
 
+    def _notes(self, i: int) -> list[str]:
+        """What the figures of row i leave out that its layout makes matter."""
+        notes = []
+        if self.arch.hybrid is not None and int(self.table["pp"][i]) > 2:
+            # `cost.layer_types._stage_counts`: the middle stage kind is rank 1's layers
+            notes.append("the middle pipeline stage is costed as rank 1 (its layers of each type "
+                         "and its micro-batches in flight); with a hybrid pattern another middle "
+                         "rank can hold heavier layers, which the ledger does not check")
+        return notes
+
     def by_stage(self, i: int) -> list[dict]:
-        """Memory of every pipeline stage kind of row i (GiB): `first` (rank 0), `middle` (the
-        most loaded of ranks 1..pp-2, rank 1), `last` (rank pp-1); `only` when pp = 1. Each
+        """Memory of every pipeline stage kind of row i (GiB): `first` (rank 0), `middle` (ranks
+        1..pp-2 as rank 1: the most loaded of them for a transformer, whose middle ranks hold the
+        same layers and rank 1 the most micro-batches in flight; a hybrid pattern's record says
+        in `notes` that another may be heavier), `last` (rank pp-1); `only` when pp = 1. Each
         entry holds the ledger items and the three figures (allocated, reserved, device)."""
         pp = int(self.table["pp"][i])
         if pp == 1:

@@ -10,7 +10,7 @@ import pytest
 from autoparallel.cost.model_arch import build_arch
 from autoparallel.cost.linear_attention import delta_rule_flops_per_token
 from autoparallel.cost.mamba import ssd_flops_per_token
-from autoparallel.evaluate import evaluate
+from autoparallel.evaluate import estimate, evaluate
 from autoparallel.layouts import LayoutTable
 from autoparallel.presets import load_model
 from autoparallel.problem import make_problem
@@ -299,3 +299,15 @@ def test_hybrid_pipeline_export_and_no_virtual_stages():
                for r in check("megatron", p, lay.model_copy(update={"stage_layers": [12, 13, 15, 12]})))
     r = evaluate(p, LayoutTable.from_layouts([Layout(dp=8, pp=4, vp=2, micro_batch=1), lay], 32, 52))
     assert r.reject[0] & Reject.LAYER_TYPE and not r.reject[1] & Reject.LAYER_TYPE
+
+
+def test_a_deep_hybrid_pipeline_says_its_middle_stage_is_rank_1():
+    """The ledger's middle stage of a layer pattern is rank 1's layers (`_stage_counts`); with
+    pp > 2 the record says so, since another middle rank can hold heavier layers. Transformers
+    (equal middle ranks) and pp <= 2 (no middle rank) say nothing."""
+    p = make_problem("nemotron-h-8b", "h100", 64, seq_len=8192, global_batch=512)
+    deep = estimate(p, Layout(tp=1, pp=4))
+    assert len(deep["notes"]) == 1 and "rank 1" in deep["notes"][0]
+    assert estimate(p, Layout(tp=1, pp=2))["notes"] == []
+    dense = make_problem("llama3-8b", "h100", 64, seq_len=8192, global_batch=512)
+    assert estimate(dense, Layout(tp=1, pp=4))["notes"] == []
