@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +50,35 @@ def cp_form_columns(t) -> tuple[np.ndarray, np.ndarray]:
     return names, a2a
 
 
+class Taken(Mapping):
+    """The rows at `index` of every array of `source`, each taken when first read (and kept):
+    a plan reorders its fitting layouts' hundred ledger arrays, of which the ranking and the
+    output read a few. Nested takes compose their indices onto the first source."""
+
+    __slots__ = ("_source", "_index", "_cache")
+
+    def __init__(self, source: Mapping[str, np.ndarray], index: np.ndarray):
+        if isinstance(source, Taken):
+            index, source = source._index[index], source._source
+        self._source, self._index = source, index
+        self._cache: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = self._source[key][self._index]
+        return got
+
+    def __iter__(self):
+        return iter(self._source)
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+    def __reduce__(self):  # pickled (a sweep's worker processes) as the plain dict it stands for
+        return dict, (dict(self.items()),)
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """Costs of every row of a layout table (arrays in bytes and seconds)."""
@@ -78,11 +108,12 @@ class Evaluation:
         return (self.reject & ~int(Reject.OOM)) == 0
 
     def take(self, index) -> Evaluation:
-        """The rows at `index`."""
+        """The rows at `index` (the ledger arrays taken as they are read: `Taken`)."""
+        index = np.arange(len(self))[index]  # a slice or mask as row numbers, for `Taken`
         return Evaluation(
             problem=self.problem, arch=self.arch, table=self.table.take(index),
-            reject=self.reject[index], memory={k: v[index] for k, v in self.memory.items()},
-            time={k: v[index] for k, v in self.time.items()}, mfu=self.mfu[index],
+            reject=self.reject[index], memory=Taken(self.memory, index),
+            time=Taken(self.time, index), mfu=self.mfu[index],
             tokens_per_s_per_gpu=self.tokens_per_s_per_gpu[index],
             model_flops_per_step=self.model_flops_per_step,
         )

@@ -9,7 +9,7 @@ import numpy as np
 
 from ..cost.model_arch import build_arch
 from ..cost.memory import memory_ledger
-from ..evaluate import Evaluation, evaluate, in_blocks
+from ..evaluate import Evaluation, Taken, evaluate, in_blocks
 from ..rules import RULES, Reject, active_rules, check_rules
 from ..errors import SpecError
 from ..specs.problem import Problem
@@ -203,7 +203,7 @@ def plan(
     fit_idx = np.flatnonzero(~oom)
     fit_table = valid.take(fit_idx)
     ev = evaluate(problem, fit_table, rules, arch=arch,
-                  memory={k: v[fit_idx] for k, v in mem.items()})
+                  memory=Taken(mem, fit_idx))
     order = rank_order(ev)
     survivors = ev.take(order)
     target_rejected = 0
