@@ -184,9 +184,8 @@ class Evaluation:
         notes = []
         if self.arch.hybrid is not None and int(self.table["pp"][i]) > 2:
             # `cost.layer_types._stage_counts`: the middle stage kind is rank 1's layers
-            notes.append("the middle pipeline stage is costed as rank 1 (its layers of each type "
-                         "and its micro-batches in flight); with a hybrid pattern another middle "
-                         "rank can hold heavier layers, which the ledger does not check")
+            notes.append("the middle stage is costed as pipeline rank 1; another middle rank "
+                         "of this hybrid pattern may hold heavier layers (not checked)")
         return notes
 
     def by_stage(self, i: int) -> list[dict]:

@@ -344,7 +344,7 @@ MUTANTS: tuple[Mutant, ...] = (
       "for x in (b[\"q\"], b[\"k\"] * kv_split, b[\"v\"] * kv_split, b[\"o\"]))",
       "for x in (b[\"q\"], b[\"k\"] * kv_split, b[\"v\"] * kv_split))",
       "Ulysses without the output all-to-all"),
-    M("cp-a2a-backward", "cost/context.py", "c[\"a2a\"] * (2.0 + full)", "c[\"a2a\"] * (1.0 + full)",
+    M("cp-a2a-backward", "cost/context.py", "coll[\"a2a\"] * (2.0 + full)", "coll[\"a2a\"] * (1.0 + full)",
       "Ulysses backward all-to-alls not counted"),
     M("cp-a2a-group", "cost/context.py", "g = grp[\"a2a\"]", "g = grp[\"all\"]",
       "hierarchical all-to-all over every CP rank"),

@@ -74,9 +74,9 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def _without_packages(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    """Drop the edges into a package's `__init__` from its own modules' parents: importing
-    `autoparallel.cost.time` runs `autoparallel/__init__.py`, which is not a dependency of the
-    code in `cost/time.py` on the re-exports there."""
+    """Drop each module's edges to the packages that contain it (`autoparallel.cost.time` ->
+    `autoparallel`, `autoparallel.cost`): a module imports its package's `__init__` to be
+    imported at all, and what that `__init__` re-exports is not a dependency of its code."""
     return {n: {m for m in deps if not n.startswith(m + ".")} for n, deps in graph.items()}
 
 

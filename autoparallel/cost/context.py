@@ -152,35 +152,34 @@ def cp_collectives(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np
     return out
 
 
-def cp_layer_time(problem: Problem, arch: Arch, t: LayoutTable, attn_f, full,
-                  coll: dict[str, np.ndarray] | None = None) -> np.ndarray:
+def cp_layer_time(problem: Problem, t: LayoutTable, coll: dict[str, np.ndarray], attn_f,
+                  full) -> np.ndarray:
     """Seconds of CP communication one layer adds per micro-batch on one GPU, forward, backward
     and (`full`: share of layers fully recomputed) the recomputed forward, with `attn_f` the
-    rank's forward attention seconds (1/c of the layer's, `cost.time._layer_forward`). `coll`:
-    `cp_collectives` of the table, when the caller prices several layer kinds."""
+    rank's forward attention seconds (1/c of the layer's, `cost.time._layer_forward`) and `coll`
+    the table's `cp_collectives` (priced once for every stage and layer kind)."""
     prof = problem.profile
     cc, cp = t["cc"], t["cp"].astype(np.float64)
-    c = coll if coll is not None else cp_collectives(problem, arch, t)
     out = np.zeros(len(t))
 
-    ring = ((cc == RING) | (cc == A2A_RING)) & (c["r"] > 1)
+    ring = ((cc == RING) | (cc == A2A_RING)) & (coll["r"] > 1)
     if np.any(ring):
         # r - 1 hops forward, each hidden behind one of the r steps of the rank's attention;
         # backward K, V and dK, dV together behind a step of the backward
-        r, step = c["r"], c["ring_step"]
+        r, step = coll["r"], coll["ring_step"]
         f = (r - 1) * _hidden_cost(prof, step, attn_f / r)
         bwd = (r - 1) * _hidden_cost(prof, 2.0 * step, ATTN_BWD * attn_f / r)
         out = out + np.where(ring, f * (1.0 + full) + bwd, 0.0)
 
-    a2a = ((cc == A2A) | (cc == A2A_RING)) & (c["u"] > 1)
+    a2a = ((cc == A2A) | (cc == A2A_RING)) & (coll["u"] > 1)
     if np.any(a2a):
         # the backward moves dO and dQ, dK, dV: the same bytes; exposed (attention waits for
         # all heads)
-        out = out + np.where(a2a, c["a2a"] * (2.0 + full), 0.0)
+        out = out + np.where(a2a, coll["a2a"] * (2.0 + full), 0.0)
 
     gather = cc == ALLGATHER
     if np.any(gather & (cp > 1)):
-        ag, rs = c["ag"], c["rs"]
+        ag, rs = coll["ag"], coll["rs"]
         if problem.stack.cp_allgather_overlap:  # issued with the first block of attention
             f = _hidden_cost(prof, ag, attn_f / cp)
             bwd = _hidden_cost(prof, ag + rs, ATTN_BWD * attn_f / cp)

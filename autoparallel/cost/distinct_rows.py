@@ -4,9 +4,10 @@ only those columns is computed once per distinct row and copied to the others.
 The stage times (`cost.time.stage_times`: compute, recompute, TP, CP, EP and host time per
 micro-batch) do not read the ZeRO stage or the optimizer offload, which the enumerator crosses
 every other axis with (`search.enumerate`: zero in 0..3), so most tables hold each stage-time row
-several times. Exact: rows are grouped by a hash of their columns and the grouping is then
-checked column by column; a collision (or too few repeats to pay) gives None and the caller
-costs every row.
+several times. Exact: rows are grouped by their columns packed into one 64-bit key (each
+column in as many bits as its range needs), or, where they need more bits, by a hash whose
+grouping is then checked column by column; a collision (or too few repeats to pay) gives None
+and the caller costs every row.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 from ..layouts import COLUMNS, LayoutTable
 
 NOT_IN_STAGE_TIMES = ("zero", "oo")
-"""Columns `cost.time.stage_times` does not read (tests/test_time.py checks it)."""
+"""Columns `cost.time.stage_times` does not read (tests/test_distinct_rows.py checks it)."""
 STAGE_TIME_COLUMNS = tuple(c for c in COLUMNS if c not in NOT_IN_STAGE_TIMES)
 """The columns the stage times depend on."""
 MIN_REPEAT = 1.25

@@ -155,7 +155,7 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups,
         # the layout's context-parallel form: ring hops hidden behind blocks of attention,
         # Ulysses all-to-alls, the K, V all-gather or both levels of the hierarchy
         # (`cost.context`; reference §5.6)
-        return cp_layer_time(problem, arch, t, attn_f, full, cp_coll)
+        return cp_layer_time(problem, t, cp_coll, attn_f, full)
 
     # output layer + vocab-parallel cross-entropy on the last stage
     V = arch.vocab

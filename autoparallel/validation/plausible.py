@@ -132,10 +132,6 @@ def constant_ratio(pairs: Sequence[tuple[float, float]]) -> str | None:
             f"check {'; '.join(hints)}")
 
 
-__all__ = ["constant_ratio", "faster_than_peak", "fastest_step_s", "implied_mfu", "peak_flops",
-           "pinned"]
-
-
 def implausible(step_s: float, *, fastest_s: float, predicted_s: float | None) -> str | None:
     """Why `step_s` cannot be a measured step time, or None when it can (see the module
     docstring)."""
@@ -153,3 +149,7 @@ def implausible(step_s: float, *, fastest_s: float, predicted_s: float | None) -
                 f"({predicted_s:.4g} s): a unit mix-up (milliseconds read as seconds?) or "
                 "another number matched --metric-regex")
     return None
+
+
+__all__ = ["MAX_OVER_PREDICTION", "constant_ratio", "faster_than_peak", "fastest_step_s",
+           "implausible", "implied_mfu", "peak_flops", "pinned"]
