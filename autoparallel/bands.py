@@ -156,8 +156,8 @@ class Bands:
     """Seconds: ... and below this."""
     memory_total_high: np.ndarray
     """Bytes: the measured peak is expected below this for 9 in 10 runs like this one."""
-    regime: np.ndarray
-    """`compute` or `comm` per row."""
+    comm_bound: np.ndarray
+    """Per row: the exposed communication share reaches `COMM_BOUND_SHARE`."""
     comm_share: np.ndarray
     """Exposed communication / step per row."""
     step_basis: dict[str, dict]
@@ -165,11 +165,17 @@ class Bands:
     memory_basis: dict
     """Level, stack, gpu, runs, sources, p10 (log quantile applied)."""
 
+    @property
+    def regime(self) -> np.ndarray:
+        """`compute` or `comm` per row."""
+        return np.where(self.comm_bound, "comm", "compute")
+
     def basis(self, i: int) -> dict:
         """The band object of row i (what the estimate JSON's `band` carries)."""
-        step = self.step_basis[str(self.regime[i])]
+        regime = "comm" if self.comm_bound[i] else "compute"
+        step = self.step_basis[regime]
         return {
-            "regime": str(self.regime[i]),
+            "regime": regime,
             "exposed_comm_share": float(self.comm_share[i]),
             "step_level": step["level"], "step_runs": step["runs"],
             "step_sources": list(step["sources"]),
@@ -202,16 +208,16 @@ def bands_for(problem, time: dict[str, np.ndarray], memory_total: np.ndarray,
     gpu = problem.cluster.gpu.name
     stack = getattr(problem.training, "stack", None)  # the job's software stack, when it has one
     share = exposed_comm_share(time)
-    regime = np.where(share >= COMM_BOUND_SHARE, "comm", "compute")
+    comm = share >= COMM_BOUND_SHARE
     step_basis = {r: _basis(*find_row("step", stack, gpu, r, table), "step", gpu)
                   for r in ("compute", "comm")}
-    lo = np.where(regime == "comm", step_basis["comm"]["p90"], step_basis["compute"]["p90"])
-    hi = np.where(regime == "comm", step_basis["comm"]["p10"], step_basis["compute"]["p10"])
+    lo = np.where(comm, step_basis["comm"]["p90"], step_basis["compute"]["p90"])
+    hi = np.where(comm, step_basis["comm"]["p10"], step_basis["compute"]["p10"])
     mem_basis = _basis(*find_row("memory", stack, gpu, ANY, table), "memory", gpu)
     step = np.asarray(time["step"], dtype=float)
     return Bands(step_low=step * np.exp(-lo), step_high=step * np.exp(-hi),
                  memory_total_high=np.asarray(memory_total, dtype=float) * np.exp(-mem_basis["p10"]),
-                 regime=regime, comm_share=share, step_basis=step_basis, memory_basis=mem_basis)
+                 comm_bound=comm, comm_share=share, step_basis=step_basis, memory_basis=mem_basis)
 
 
 __all__ = ["BAND_FILE", "Bands", "COMM_BOUND_SHARE", "bands_for", "exposed_comm_share",

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .bands import Bands, bands_for
+from .bands import COMM_ITEMS, Bands, bands_for
 from .cost.arch import Arch
 from .cost.model_arch import build_arch
 from .cost.memory import MEMORY_ITEMS, STAGE_FIGURES, memory_ledger
@@ -22,6 +22,7 @@ from .cost.stages import stage_layer_counts
 from .specs.layout import (CP_COMM_CODES, CP_COMM_NAMES, RECOMPUTE_NAMES, SCHEDULE_NAMES, CpComm,
                            Layout, RecomputeModule, mask_modules)
 from .specs.problem import Problem
+from .taken import Taken
 from .units import GiB, TFLOPS
 
 MEMORY_KEYS = (
@@ -50,32 +51,43 @@ def cp_form_columns(t) -> tuple[np.ndarray, np.ndarray]:
     return names, a2a
 
 
-class Taken(Mapping):
-    """The rows at `index` of every array of `source`, each taken when first read (and kept):
-    a plan reorders its fitting layouts' hundred ledger arrays, of which the ranking and the
-    output read a few. Nested takes compose their indices onto the first source."""
+class Ledger(Mapping):
+    """A ledger's arrays (`memory_ledger`, `time_ledger`) for the rows of `table`, of which only
+    the keys in `kept` were retained when it ran over every row; any other key is costed when
+    first read, over these rows (or, through `Taken`, over the rows taken), with every key kept
+    from then on. A plan costs a million layouts and shows ten: it ranks on a few arrays and
+    reads the breakdown of the rows it shows, so the hundred others are never stored for the
+    million (the same numbers either way: a ledger costs each row on its own)."""
 
-    __slots__ = ("_source", "_index", "_cache")
+    __slots__ = ("_ledger", "_problem", "_arch", "_table", "_kept", "_keys")
 
-    def __init__(self, source: Mapping[str, np.ndarray], index: np.ndarray):
-        if isinstance(source, Taken):
-            index, source = source._index[index], source._source
-        self._source, self._index = source, index
-        self._cache: dict[str, np.ndarray] = {}
+    def __init__(self, ledger, problem: Problem, arch: Arch, table: LayoutTable,
+                 kept: dict[str, np.ndarray], keys: tuple[str, ...]):
+        self._ledger, self._problem, self._arch, self._table = ledger, problem, arch, table
+        self._kept, self._keys = kept, keys
+
+    def holds(self, key: str) -> bool:
+        """Whether `key` is stored for every row."""
+        return key in self._kept
+
+    def of_rows(self, index: np.ndarray) -> dict[str, np.ndarray]:
+        """Every key of the ledger for the rows at `index`, costed now."""
+        return in_blocks(self._ledger, self._problem, self._arch, self._table.take(index))
 
     def __getitem__(self, key: str) -> np.ndarray:
-        got = self._cache.get(key)
-        if got is None:
-            got = self._cache[key] = self._source[key][self._index]
-        return got
+        if key not in self._kept:
+            if key not in self._keys:
+                raise KeyError(key)
+            self._kept.update(in_blocks(self._ledger, self._problem, self._arch, self._table))
+        return self._kept[key]
 
     def __iter__(self):
-        return iter(self._source)
+        return iter(self._keys)
 
     def __len__(self) -> int:
-        return len(self._source)
+        return len(self._keys)
 
-    def __reduce__(self):  # pickled (a sweep's worker processes) as the plain dict it stands for
+    def __reduce__(self):  # pickled as the plain dict it stands for
         return dict, (dict(self.items()),)
 
 
@@ -271,27 +283,47 @@ streaming through memory (a ledger costs each row on its own: the blocks' result
 whole table's)."""
 
 
-def in_blocks(ledger, problem: Problem, arch: Arch, table: LayoutTable) -> dict[str, np.ndarray]:
+def in_blocks(ledger, problem: Problem, arch: Arch, table: LayoutTable,
+              keep: tuple[str, ...] | None = None):
     """`ledger(problem, arch, table)` (`memory_ledger`, `time_ledger`) over blocks of
-    `BLOCK_ROWS` rows, joined."""
+    `BLOCK_ROWS` rows, joined: a dict of every key, or, with `keep`, a `Ledger` that stores
+    those keys for every row and costs the others when they are read."""
     with np.errstate(divide="ignore", invalid="ignore"):
         if len(table) <= BLOCK_ROWS:
-            return ledger(problem, arch, table)
-        parts = [ledger(problem, arch, table.take(slice(i, i + BLOCK_ROWS)))
-                 for i in range(0, len(table), BLOCK_ROWS)]
-    return {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
+            whole = ledger(problem, arch, table)
+            if keep is None:
+                return whole
+            return Ledger(ledger, problem, arch, table, {k: whole[k] for k in keep}, tuple(whole))
+        parts, keys = [], None
+        for i in range(0, len(table), BLOCK_ROWS):
+            part = ledger(problem, arch, table.take(slice(i, i + BLOCK_ROWS)))
+            keys = keys or tuple(part)
+            parts.append(part if keep is None else {k: part[k] for k in keep})
+    joined = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
+    return joined if keep is None else Ledger(ledger, problem, arch, table, joined, keys)
+
+
+RANKED_MEMORY = ("fit_peak", "usable", "total")
+"""Memory keys a search reads for every row (fits, ranking, bands); `lazy` keeps only them."""
+RANKED_TIME = ("step", "m") + COMM_ITEMS
+"""Time keys a search reads for every row (ranking, bands); `lazy` keeps only them."""
 
 
 def evaluate(problem: Problem, table: LayoutTable, rules=None, arch: Arch | None = None,
-             memory: dict[str, np.ndarray] | None = None) -> Evaluation:
+             memory: dict[str, np.ndarray] | None = None, lazy: bool = False,
+             reject: np.ndarray | None = None) -> Evaluation:
     """Rules, memory and time for every row of `table` (rows that break rules are still costed;
     their `reject` flags say why they cannot run). `memory`: the memory ledger of these rows,
-    when the caller has it already (`plan` costs memory before time)."""
+    when the caller has it already (`plan` costs memory before time). `lazy`: keep only the
+    keys a ranking reads for every row (`RANKED_MEMORY`, `RANKED_TIME`); the others are costed
+    for the rows that read them (`Ledger`). `reject`: the rows' rule flags, when the caller has
+    them (`plan`'s rows pass every rule: `enumerate_valid`)."""
     arch = arch or build_arch(problem.model)
-    flags = check_rules(problem, arch, table, rules)
+    flags = check_rules(problem, arch, table, rules) if reject is None else reject
     if memory is None:
-        memory = in_blocks(memory_ledger, problem, arch, table)
-    time = in_blocks(time_ledger, problem, arch, table)
+        memory = in_blocks(memory_ledger, problem, arch, table,
+                           keep=RANKED_MEMORY if lazy else None)
+    time = in_blocks(time_ledger, problem, arch, table, keep=RANKED_TIME if lazy else None)
     flags = flags | np.where(memory["fit_peak"] > memory["usable"], int(Reject.OOM), 0)
     n = problem.cluster.n_gpus
     flops = float(problem.training.global_batch * arch.model_flops_per_sequence(problem.training.seq_len))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .taken import Taken
 from .specs.layout import (
     CP_COMM_CODES, CP_COMM_NAMES, RECOMPUTE_CODES, RECOMPUTE_NAMES, SCHEDULE_CODES,
     SCHEDULE_NAMES, CpComm, Layout, Recompute, default_schedule, mask_modules, modules_mask,
@@ -53,23 +54,36 @@ class LayoutTable:
     `row` (0 = unknown; rows with an uneven split then need it)."""
 
     def __post_init__(self):
+        if isinstance(self.columns, Taken):  # rows of a checked table (`take`)
+            return
         lengths = {len(np.asarray(v)) for v in self.columns.values()}
         if set(self.columns) != set(COLUMNS) or len(lengths) > 1:
             raise ValueError(f"LayoutTable needs columns {COLUMNS} of equal length")
 
     def __len__(self) -> int:
+        if isinstance(self.columns, Taken):
+            return self.columns.n_rows
         return len(self.columns["dp"])
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.columns[name]
 
-    def take(self, index: np.ndarray) -> LayoutTable:
-        """Rows at `index` (integer or boolean array)."""
-        return LayoutTable({k: v[index] for k, v in self.columns.items()}, self.n_layers)
+    def take(self, index) -> LayoutTable:
+        """Rows at `index` (slice, integer or boolean array); the columns of an index are taken
+        as they are read (`Taken`), a slice's are views."""
+        if isinstance(index, slice) and not isinstance(self.columns, Taken):
+            return LayoutTable({k: v[index] for k, v in self.columns.items()}, self.n_layers)
+        if isinstance(index, slice):
+            index = np.arange(len(self))[index]
+        return LayoutTable(Taken(self.columns, index), self.n_layers)
 
     def row(self, i: int) -> Layout:
         """Row i as a `Layout`."""
-        c = {k: int(v[i]) for k, v in self.columns.items()}
+        cols = self.columns
+        if isinstance(cols, Taken):
+            c = {k: int(cols.at(k, i)) for k in COLUMNS}
+        else:
+            c = {k: int(v[i]) for k, v in cols.items()}
         split = None
         if c["lf"] or c["ll"]:
             if not self.n_layers:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -13,6 +13,9 @@ from . import command
 from .options import (OUTPUT, PROBLEM, SEARCH, JobOptions, RecomputeNumLayers, SearchOptions,
                       block_recompute_fields, with_options)
 from .outputs import check_output
+
+if TYPE_CHECKING:  # the sweep (pandas) is imported by the command that runs it
+    from ..search.sweep import SweepStatus
 
 
 def _list(flag: str, help_text: str, metavar: str = "LIST", panel: str = PROBLEM):

@@ -37,7 +37,7 @@ from .memory import layer_activation_bytes, stage_params
 from .overlap import hidden_cost
 from .stages import stage_layer_counts, stages
 from .time import stage_times, tp_pair
-from .ssm_mixer import SCAN_BWD, MixerArch, mixer_activation_bytes, mixer_cp_bytes, mixer_forward
+from .ssm_mixer import SCAN_BWD, mixer_activation_bytes, mixer_cp_bytes, mixer_forward
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ from ..specs.layout import MODULE_BITS, RecomputeModule
 from ..specs.precision import recipe
 from ..specs.problem import Problem
 from .arch import Arch
-from .compute import attention_time, linear_time, memory_bound_time
+from .compute import linear_time, memory_bound_time
 
 BIT = {m.value: b for m, b in MODULE_BITS.items()}
 

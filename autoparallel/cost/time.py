@@ -20,7 +20,7 @@ from ..specs.precision import recipe
 from ..specs.problem import Problem
 from ..units import MS
 from .arch import Arch
-from .comm import Collective, collective_time, nic_seconds
+from .comm import Collective, collective_time
 from .compute import attention_time, gemm_time, linear_time, memory_bound_time
 from .context import cp_collectives, cp_layer_time
 from .distinct_rows import distinct_rows
@@ -28,7 +28,6 @@ from .moe_dispatch import dispatch_time
 from .moe_layer import exposed_dispatch, hidden_dispatch_nic, moe_ffn
 from .network import sizes as tier_sizes
 from .memory import layer_activation_bytes, stage_params
-from .overlap import exposed_share as _exposed_share
 from .overlap import hidden_cost as _hidden_cost
 from .offload import (activation_offload_time, moe_recomputed, offloaded_layers,
                       optimizer_offload_time, selective_recompute_time)
@@ -121,7 +120,6 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups,
     rc = t["rc"]
     tp, cp = t["tp"].astype(np.float64), t["cp"].astype(np.float64)
     T = t["mb"] * problem.training.seq_len / cp
-    kv_div = np.minimum(tp, arch.n_kv_heads)
     pair = tp_pair(problem, t, groups["tp"], arch)
     attn_gemm, attn, attn_bwd = _attention_forward(problem, arch, t)
     zero = np.zeros(len(t))

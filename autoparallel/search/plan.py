@@ -9,8 +9,8 @@ import numpy as np
 
 from ..cost.model_arch import build_arch
 from ..cost.memory import memory_ledger
-from ..evaluate import Evaluation, Taken, evaluate, in_blocks
-from ..rules import RULES, Reject, active_rules, check_rules
+from ..evaluate import RANKED_MEMORY, Evaluation, Taken, evaluate, in_blocks
+from ..rules import RULES, Reject, active_rules
 from ..errors import SpecError
 from ..specs.problem import Problem
 from .enumerate import enumerate_valid
@@ -198,12 +198,13 @@ def plan(
     arch = build_arch(problem.model)
     found = enumerate_valid(problem, space, rules)  # rows that break a rule: counted, not built
     valid = found.table
-    mem = in_blocks(memory_ledger, problem, arch, valid)
+    mem = in_blocks(memory_ledger, problem, arch, valid, keep=RANKED_MEMORY)
     oom = mem["fit_peak"] > mem["usable"]
     fit_idx = np.flatnonzero(~oom)
     fit_table = valid.take(fit_idx)
     ev = evaluate(problem, fit_table, rules, arch=arch,
-                  memory=Taken(mem, fit_idx))
+                  memory=Taken(mem, fit_idx), lazy=True,
+                  reject=np.zeros(len(fit_idx), dtype=np.int64))  # valid: every rule passed
     order = rank_order(ev)
     survivors = ev.take(order)
     target_rejected = 0

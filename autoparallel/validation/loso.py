@@ -8,7 +8,7 @@ on runs it has not seen, which is what the shipped profiles are for.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -16,7 +16,6 @@ import pandas as pd
 from ..errors import SpecError
 from ..presets import list_gpus, load_gpu, load_profile, read_table
 from ..problem import gpu_nearness
-from ..specs.hardware import Profile
 from .calibrate import DEFAULT_KNOBS, fit, kernel_family, profile_fit_cases
 from .report import predict
 from .runs import RunCase
