@@ -96,7 +96,33 @@ def test_the_time_ledger_is_the_same_as_costing_every_row(args, monkeypatch):
     arch = build_arch(problem.model)
     assert dr.distinct_rows(t) is not None  # the enumerator repeats rows over zero
     grouped = time_mod.time_ledger(problem, arch, t)
-    monkeypatch.setattr(time_mod, "distinct_rows", lambda t: None)
+    monkeypatch.setattr(time_mod, "distinct_rows", lambda *a: None)
     every = time_mod.time_ledger(problem, arch, t)
     for k in every:
         assert np.array_equal(grouped[k], every[k]), k
+
+
+@pytest.mark.parametrize("args", PROBLEMS, ids=lambda a: f"{a[0]}-{a[2]}")
+def test_gradient_sync_collectives_read_only_their_columns(args):
+    # every column outside DP_SYNC_COLUMNS changed (within its values): the same seconds
+    problem, t = _table(args)
+    t = t.take(np.arange(0, len(t), max(1, len(t) // 4000)))
+    arch = build_arch(problem.model)
+    rng = np.random.default_rng(5)
+    other = LayoutTable({k: (t[k] if k in time_mod.DP_SYNC_COLUMNS else rng.permutation(t[k]))
+                         for k in COLUMNS}, t.n_layers)
+    assert any(not np.array_equal(other[k], t[k]) for k in COLUMNS)
+
+    def sync(tab):
+        sts = time_mod.stages(arch, tab, problem.training.global_batch)
+        g = layout_groups(tab, sizes(problem))
+        return {name: time_mod.dp_sync_collectives(problem, tab, g,
+                                                   *time_mod.stage_params(arch, tab, st))
+                for name, st in sts.items()}
+
+    a, b = sync(t), sync(other)
+    for name in a:
+        assert len(a[name]) == len(b[name]) > 0
+        for ca, cb in zip(a[name], b[name]):
+            for k in ca:
+                assert np.array_equal(ca[k], cb[k]), (name, k)

@@ -263,36 +263,80 @@ def pipeline_bubble(t: LayoutTable, tau, fwd, wgrad) -> np.ndarray:
                      [zb_h1, zbv, dualpipe, dualpipev], classic)
 
 
-def _dp_exposed(problem: Problem, t: LayoutTable, groups, dense, expert, fwd, bwd, m,
-                nic_fwd=0.0, nic_bwd=0.0):
-    """Exposed data-parallel communication seconds per step for one stage (reference §5.5-5.6),
-    plus the compute slowdown of the hidden part. Concurrent collectives on the same links share
-    them (reference §5.6): where the DP group and the EP all-to-alls both leave the scale-up
-    domain, the DP traffic hides only in the NIC time the all-to-alls of that forward
-    (`nic_fwd`) or backward (`nic_bwd`) leave free."""
+DP_SYNC_COLUMNS = ("tp", "pp", "vp", "lf", "ll", "sch", "ep", "etp", "dp", "cp")
+"""Columns the gradient-sync collectives read: the parameters a stage holds (`stage_params`:
+degrees, split, schedule) and the DP x CP and expert-DP groups (`placement.layout_groups`);
+tests/test_distinct_rows.py checks it."""
+
+
+def dp_sync_collectives(problem: Problem, t: LayoutTable, groups, dense, expert) -> list[dict]:
+    """Per gradient group holding parameters (dense ones over DP x CP, experts over EDP): the
+    seconds of its all-reduce, reduce-scatter and all-gather of the whole gradient / parameters,
+    of the last bucket's all-reduce and reduce-scatter, and whether the group leaves the
+    scale-up domain (it then shares the NICs with the EP all-to-alls)."""
     gb = float(problem.training.grad_reduce_bytes)
-    prof = problem.profile
-    ov = prof.dp_overlap
     # parameters are all-gathered in bf16 (ZeRO-1's after the step, ZeRO-3's per use), or in the
     # recipe's format with `fp8_param_gather` (Megatron --fp8-param-gather, TorchTitan
     # enable_fsdp_float8_all_gather)
     rec = recipe(problem.training.precision)
     pb = rec.element_bytes if rec.low and problem.training.fp8_param_gather else 2.0
-    zero = t["zero"]
-    total = np.zeros(len(t))
+    out = []
     for psi, grp in ((dense, groups["dpcp"]), (expert, groups["edp"])):
         if not np.any(psi > 0):  # a group with nothing to reduce (a dense model's experts)
             continue
-        ar = collective_time(problem, Collective.ALL_REDUCE, gb * psi, grp)
-        rs = collective_time(problem, Collective.REDUCE_SCATTER, gb * psi, grp)
-        ag = collective_time(problem, Collective.ALL_GATHER, pb * psi, grp)
         bucket = np.minimum(psi, np.maximum(DDP_BUCKET_PARAMS, 1e6 * grp.size))
         # the last bucket cannot hide: all-reduced without a distributed optimizer (Megatron
         # DDP `start_grad_sync`: all_reduce per bucket), reduce-scattered with one
-        tail_ar = collective_time(problem, Collective.ALL_REDUCE, gb * bucket, grp)
-        tail = collective_time(problem, Collective.REDUCE_SCATTER, gb * bucket, grp)
+        out.append(dict(
+            psi=psi, shared=grp.units(0) > 1,
+            ar=collective_time(problem, Collective.ALL_REDUCE, gb * psi, grp),
+            rs=collective_time(problem, Collective.REDUCE_SCATTER, gb * psi, grp),
+            ag=collective_time(problem, Collective.ALL_GATHER, pb * psi, grp),
+            tail_ar=collective_time(problem, Collective.ALL_REDUCE, gb * bucket, grp),
+            tail=collective_time(problem, Collective.REDUCE_SCATTER, gb * bucket, grp)))
+    return out
+
+
+def _distinct_dp_sync(problem: Problem, arch: Arch, t: LayoutTable, groups,
+                      names) -> dict[str, list[dict]]:
+    """Per stage kind in `names`: the (dense, expert) parameters a GPU of it holds
+    (`stage_params`) and its `dp_sync_collectives`, computed once per group of rows equal on
+    `DP_SYNC_COLUMNS` (a plan's rows repeat them over micro-batch, SP, CP form, ZeRO and
+    recompute) and copied to the group's rows."""
+    found = distinct_rows(t, DP_SYNC_COLUMNS)
+    if found is None:
+        sub, sub_groups, inverse = t, groups, None
+    else:
+        first, inverse = found
+        sub = t.take(first)
+        sub_groups = layout_groups(sub, tier_sizes(problem))
+    sts = stages(arch, sub, problem.training.global_batch)
+    out = {}
+    for name in names:
+        dense, expert = stage_params(arch, sub, sts[name])
+        colls = dp_sync_collectives(problem, sub, sub_groups, dense, expert)
+        if inverse is not None:
+            dense, expert = (np.broadcast_to(x, len(sub))[inverse] for x in (dense, expert))
+            colls = [{k: v[inverse] for k, v in c.items()} for c in colls]
+        out[name] = (dense, expert, colls)
+    return out
+
+
+def _dp_exposed(problem: Problem, t: LayoutTable, colls: list[dict], fwd, bwd, m,
+                nic_fwd=0.0, nic_bwd=0.0):
+    """Exposed data-parallel communication seconds per step for one stage (reference §5.5-5.6),
+    plus the compute slowdown of the hidden part, from the stage's `dp_sync_collectives`.
+    Concurrent collectives on the same links share them (reference §5.6): where the DP group
+    and the EP all-to-alls both leave the scale-up domain, the DP traffic hides only in the NIC
+    time the all-to-alls of that forward (`nic_fwd`) or backward (`nic_bwd`) leave free."""
+    prof = problem.profile
+    ov = prof.dp_overlap
+    zero = t["zero"]
+    total = np.zeros(len(t))
+    for c in colls:
+        psi, shared = c["psi"], c["shared"]
+        ar, rs, ag, tail_ar, tail = c["ar"], c["rs"], c["ag"], c["tail_ar"], c["tail"]
         hide = lambda comm, window: _hidden_cost(prof, comm, ov * window)  # noqa: E731
-        shared = grp.units(0) > 1  # the DP traffic uses the NICs the all-to-alls use
         f_win = np.where(shared, np.maximum(fwd - nic_fwd, 0.0), fwd)
         b_win = np.where(shared, np.maximum(bwd - nic_bwd, 0.0), bwd)
         rs_b, ag_f, rs_tail = hide(rs, b_win), hide(ag, f_win), np.where(rs > 0, tail, 0.0)
@@ -323,16 +367,17 @@ def tied_embedding_allreduce(problem: Problem, arch: Arch, t: LayoutTable) -> np
 def _distinct_stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[str, dict]:
     """`stage_times` of every row, computed once per group of rows that differ only in what
     the stage times do not read (the ZeRO stage, optimizer offload: `cost.distinct_rows`) and
-    copied to the group's rows; the same numbers as `stage_times(problem, arch, t, groups)`."""
+    copied to the group's rows; the same numbers as `stage_times(problem, arch, t, groups)`
+    (whose `stage` objects the time ledger does not read: `_distinct_dp_sync` gives the
+    parameters)."""
     found = distinct_rows(t)
     if found is None:
         return stage_times(problem, arch, t, groups)
     first, inverse = found
     sub = t.take(first)
     res = stage_times(problem, arch, sub, layout_groups(sub, tier_sizes(problem)))
-    sts = stages(arch, t, problem.training.global_batch)
     return {name: {k: v[inverse] if np.ndim(v) else v for k, v in items.items() if k != "stage"}
-            | {"stage": sts[name]} for name, items in res.items()}
+            for name, items in res.items()}
 
 
 def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.ndarray]:
@@ -352,9 +397,10 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
     d_e = edp(t)
     gb = float(problem.training.grad_bytes)
     items_by_stage = []
+    sync = _distinct_dp_sync(problem, arch, t, groups, per_stage)
     for name, v in per_stage.items():
-        dense, expert = stage_params(arch, t, v["stage"])
-        dp = _dp_exposed(problem, t, groups, dense, expert, v["fwd"], v["bwd"], m,
+        dense, expert, colls = sync[name]
+        dp = _dp_exposed(problem, t, colls, v["fwd"], v["bwd"], m,
                          v["nic_fwd"], v["nic_bwd"])
         shard = dense / np.where(zero >= 1, d, 1.0) + expert / np.where(zero >= 1, d_e, 1.0)
         opt = memory_bound_time(problem, shard * (ADAM_BYTES + gb))
