@@ -53,7 +53,8 @@ def report(problem, args) -> None:
           "all axes open")
     print(f"layouts enumerated:        {res.n_layouts:>12,}  ({which} built: {len(table):,}, "
           f"{t_enum * 1e3:.1f} ms)")
-    print(f"pass the rules / fit:      {res.n_valid:>12,} / {res.n_fit:,}")
+    print(f"costed / fit:              {res.n_valid:>12,} / {res.n_fit:,}  (plan costs the rows "
+          "that pass the rules, less the dominated CP splits)")
     print(f"full cost model, {which}: {len(table) / t_eval:>12,.0f} layouts/s "
           f"({t_eval * 1e3:.1f} ms)")
     print(f"plan wall time:            {t_plan * 1e3:>12.1f} ms  (#1 {res.ranked.table.row(0).slug}, "

@@ -3,7 +3,6 @@ when the output is piped, and messages point at the project's own docs."""
 
 import io
 import re
-import json
 import os
 import subprocess
 import sys

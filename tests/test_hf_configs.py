@@ -5,7 +5,6 @@ tests/data/hf/README.md."""
 
 import json
 import warnings
-from pathlib import Path
 
 import pytest
 

@@ -3,7 +3,6 @@ derived by hand from the sources, not from the code under test."""
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import pytest
 

@@ -20,7 +20,7 @@ from autoparallel.output.frames import SWEEP_COLUMNS, ranked_frame
 from autoparallel.presets import list_stacks, load_gpu, load_stack
 from autoparallel.search.plan import plan
 from autoparallel.search.space import SearchSpace
-from autoparallel.specs.job import JOB_FIELDS, JobSpec, job_flag
+from autoparallel.specs.job import JOB_FIELDS, job_flag
 from autoparallel.specs.precision import supported
 from conftest import run_cli
 

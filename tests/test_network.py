@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from autoparallel import Layout, estimate, make_problem
-from autoparallel.cost.comm import Collective, algorithm_times, bus_bandwidth, collective_time
+from autoparallel.cost.comm import Collective, bus_bandwidth, collective_time
 from autoparallel.cost.network import crossings, sizes, tiers
 from autoparallel.errors import SpecError
 from autoparallel.layouts import LayoutTable

@@ -290,8 +290,10 @@ def test_plan_target_keeps_only_launchable_layouts():
     assert any(check("megatron", p, free.ranked.table.row(i)) for i in range(len(free.ranked)))
     assert all(not check("megatron", p, mega.ranked.table.row(i)) for i in range(len(mega.ranked)))
     # the target narrows the schedules to Megatron's; on that space every fitting layout is
-    # either kept or counted as refused
-    same = plan(p, SearchSpace(schedule=["1f1b", "interleaved"]), top=20)
+    # either kept or counted as refused (a plan ranked by robustness, like one with a target,
+    # costs every hierarchical CP split: `search.dominated`)
+    same = plan(p, SearchSpace(schedule=["1f1b", "interleaved"]), top=20, rank_by="robust")
+    assert "cp_split_dominated" not in same.reject_counts
     assert mega.n_fit + mega.reject_counts.get("target_megatron", 0) == same.n_fit
     # pure data parallelism (or DeepSpeed-Ulysses over dp x cp = 64, its one context-parallel
     # form) fits 70B on 64 x 80 GB only with ZeRO-3, and with full recompute, which DeepSpeed

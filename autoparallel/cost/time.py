@@ -66,6 +66,12 @@ def _attention_forward(problem: Problem, arch: Arch, t: LayoutTable):
     return gemm, attn, attn_bwd
 
 
+def attention_forward_time(problem: Problem, arch: Arch, t: LayoutTable) -> np.ndarray:
+    """Forward seconds of a layer's core attention, one micro-batch, one GPU (what each
+    context-parallel form's exchanges hide behind: `cost.context.cp_layer_time`)."""
+    return _attention_forward(problem, arch, t)[1]
+
+
 def _dense_mlp_forward(problem: Problem, arch: Arch, t: LayoutTable) -> np.ndarray:
     """Forward GEMM seconds of a dense MLP, split by TP."""
     h = arch.hidden

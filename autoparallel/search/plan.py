@@ -209,7 +209,10 @@ def plan(
             uneven=space.uneven and exp.uneven_splits)
     rules = active_rules() if rules is None else rules
     arch = build_arch(problem.model)
-    found = enumerate_valid(problem, space, rules)  # rows that break a rule: counted, not built
+    # rows that break a rule: counted, not built; so are the hierarchical CP splits that lose
+    # to another split of the same layout everywhere, where ranking by time with no target
+    found = enumerate_valid(problem, space, rules,
+                            drop_dominated=target is None and rank_by == "time")
     valid = found.table
     mem = in_blocks(memory_ledger, problem, arch, valid, keep=RANKED_MEMORY)
     oom = mem["fit_peak"] > mem["usable"]
