@@ -304,12 +304,18 @@ def dp_sync_collectives(problem: Problem, t: LayoutTable, groups, dense, expert)
 
 
 def _distinct_dp_sync(problem: Problem, arch: Arch, t: LayoutTable, groups,
-                      names) -> dict[str, list[dict]]:
+                      names, within=None) -> dict[str, list[dict]]:
     """Per stage kind in `names`: the (dense, expert) parameters a GPU of it holds
     (`stage_params`) and its `dp_sync_collectives`, computed once per group of rows equal on
     `DP_SYNC_COLUMNS` (a plan's rows repeat them over micro-batch, SP, CP form, ZeRO and
-    recompute) and copied to the group's rows."""
-    found = distinct_rows(t, DP_SYNC_COLUMNS)
+    recompute) and copied to the group's rows. `within`: `t`'s grouping on columns that include
+    these (the stage times', `distinct_rows(t)`), whose distinct rows are grouped further."""
+    if within is None:
+        found = distinct_rows(t, DP_SYNC_COLUMNS)
+    else:  # group the coarser grouping's distinct rows, then compose the two inverses
+        first, inverse = within
+        finer = distinct_rows(t.take(first), DP_SYNC_COLUMNS)
+        found = within if finer is None else (first[finer[0]], finer[1][inverse])
     if found is None:
         sub, sub_groups, inverse = t, groups, None
     else:
@@ -370,13 +376,13 @@ def tied_embedding_allreduce(problem: Problem, arch: Arch, t: LayoutTable) -> np
     return np.where(pp > 1, collective_time(problem, Collective.ALL_REDUCE, nbytes, pair), 0.0)
 
 
-def _distinct_stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[str, dict]:
+def _distinct_stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups,
+                          found) -> dict[str, dict]:
     """`stage_times` of every row, computed once per group of rows that differ only in what
     the stage times do not read (the ZeRO stage, optimizer offload: `cost.distinct_rows`) and
     copied to the group's rows; the same numbers as `stage_times(problem, arch, t, groups)`
     (whose `stage` objects the time ledger does not read: `_distinct_dp_sync` gives the
-    parameters)."""
-    found = distinct_rows(t)
+    parameters). `found`: `distinct_rows(t)`."""
     if found is None:
         return stage_times(problem, arch, t, groups)
     first, inverse = found
@@ -392,7 +398,8 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
     m = micro_batches(problem.training.global_batch, t).astype(np.float64)
     pp, vp = t["pp"].astype(np.float64), t["vp"].astype(np.float64)
     tp, sp = t["tp"].astype(np.float64), t["sp"] == 1
-    per_stage = _distinct_stage_times(problem, arch, t, groups)
+    found = distinct_rows(t)  # rows equal but for ZeRO and optimizer offload
+    per_stage = _distinct_stage_times(problem, arch, t, groups, found)
     tau = {k: v["fwd"] + v["bwd"] + v["rec"] + v["tp"] + v["cp"] + v["ep"] + v["off"] + v["host"]
            for k, v in per_stage.items()}
     tau_all = np.stack(list(tau.values()))
@@ -403,7 +410,7 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
     d_e = edp(t)
     gb = float(problem.training.grad_bytes)
     items_by_stage = []
-    sync = _distinct_dp_sync(problem, arch, t, groups, per_stage)
+    sync = _distinct_dp_sync(problem, arch, t, groups, per_stage, within=found)
     for name, v in per_stage.items():
         dense, expert, colls = sync[name]
         dp = _dp_exposed(problem, t, colls, v["fwd"], v["bwd"], m,
