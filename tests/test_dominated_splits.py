@@ -112,3 +112,6 @@ def test_the_comparison_on_hand_made_costs(monkeypatch):
     costs[1, 3] = 1.0  # row 3 now no worse than row 4 anywhere (and better at full 0)
     lookup[3] = costs[:, 3]
     assert np.flatnonzero(dom.dominated_splits(p, build_arch(p.model), t)).tolist() == [1, 2, 4]
+    costs[:, 3], costs[:, 4] = [1, 2, 3], [1, 2, 2]  # equal seconds: the smaller buffers win
+    lookup[3], lookup[4] = costs[:, 3], costs[:, 4]
+    assert np.flatnonzero(dom.dominated_splits(p, build_arch(p.model), t)).tolist() == [1, 2, 3]
