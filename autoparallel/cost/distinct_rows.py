@@ -2,9 +2,10 @@
 only those columns is computed once per distinct row and copied to the others.
 
 The stage times (`cost.time.stage_times`: compute, recompute, TP, CP, EP and host time per
-micro-batch) do not read the ZeRO stage or the optimizer offload, which the enumerator crosses
-every other axis with (`search.enumerate`: zero in 0..3), so most tables hold each stage-time row
-several times. Exact: rows are grouped by their columns packed into one 64-bit key (each
+micro-batch), and with them the whole time ledger but the gradient sync and the optimizer step
+(`cost.time.time_ledger`), do not read the ZeRO stage or the optimizer offload, which the
+enumerator crosses every other axis with (`search.enumerate`: zero in 0..3), so most tables hold
+each stage-time row several times. Exact: rows are grouped by their columns packed into one 64-bit key (each
 column in as many bits as its range needs), or, where they need more bits, by a hash whose
 grouping is then checked column by column; a collision (or too few repeats to pay) gives None
 and the caller costs every row.

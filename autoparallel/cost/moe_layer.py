@@ -198,7 +198,7 @@ def hidden_dispatch_nic(problem: Problem, arch: Arch, t: LayoutTable, d: Dispatc
                         layer_fwd: np.ndarray, again) -> tuple[np.ndarray, np.ndarray]:
     """NIC seconds of the hidden dispatches per MoE layer and micro-batch, (forward, backward
     with `again` recomputed forwards): exposed dispatches run between compute kernels, hidden
-    ones share the NICs with the data-parallel reduction (`cost.time._dp_exposed`; reference
+    ones share the NICs with the data-parallel reduction (`cost.time._dp_by_zero`; reference
     §5.6), each in proportion to its hidden share (`hidden_dispatch`)."""
     hid_f, hid_b = hidden_dispatch(problem, arch, t, d, ffn, layer_fwd)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -212,7 +212,7 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups,
             ep_exposed, etp_exposed = exposed_dispatch(problem, arch, t, dispatch, ffn,
                                                        layer_fwd, again)
             ep = st.n_moe * ep_exposed
-            # NIC time of the hidden dispatches, which the DP reduction cannot use (`_dp_exposed`)
+            # NIC time of the hidden dispatches, which the DP reduction cannot use (`_dp_by_zero`)
             nic_f, nic_b = hidden_dispatch_nic(problem, arch, t, dispatch, ffn, layer_fwd, again)
             nic_fwd, nic_bwd = st.n_moe * nic_f, st.n_moe * nic_b
             parts["moe"]["tp"] = parts["moe"]["tp"] + st.n_moe * etp_exposed
@@ -304,18 +304,12 @@ def dp_sync_collectives(problem: Problem, t: LayoutTable, groups, dense, expert)
 
 
 def _distinct_dp_sync(problem: Problem, arch: Arch, t: LayoutTable, groups,
-                      names, within=None) -> dict[str, list[dict]]:
+                      names) -> dict[str, list[dict]]:
     """Per stage kind in `names`: the (dense, expert) parameters a GPU of it holds
     (`stage_params`) and its `dp_sync_collectives`, computed once per group of rows equal on
     `DP_SYNC_COLUMNS` (a plan's rows repeat them over micro-batch, SP, CP form, ZeRO and
-    recompute) and copied to the group's rows. `within`: `t`'s grouping on columns that include
-    these (the stage times', `distinct_rows(t)`), whose distinct rows are grouped further."""
-    if within is None:
-        found = distinct_rows(t, DP_SYNC_COLUMNS)
-    else:  # group the coarser grouping's distinct rows, then compose the two inverses
-        first, inverse = within
-        finer = distinct_rows(t.take(first), DP_SYNC_COLUMNS)
-        found = within if finer is None else (first[finer[0]], finer[1][inverse])
+    recompute) and copied to the group's rows."""
+    found = distinct_rows(t, DP_SYNC_COLUMNS)
     if found is None:
         sub, sub_groups, inverse = t, groups, None
     else:
@@ -334,17 +328,17 @@ def _distinct_dp_sync(problem: Problem, arch: Arch, t: LayoutTable, groups,
     return out
 
 
-def _dp_exposed(problem: Problem, t: LayoutTable, colls: list[dict], fwd, bwd, m,
-                nic_fwd=0.0, nic_bwd=0.0):
+def _dp_by_zero(problem: Problem, colls: list[dict], fwd, bwd, m, nic_fwd=0.0,
+               nic_bwd=0.0) -> list[np.ndarray]:
     """Exposed data-parallel communication seconds per step for one stage (reference §5.5-5.6),
-    plus the compute slowdown of the hidden part, from the stage's `dp_sync_collectives`.
-    Concurrent collectives on the same links share them (reference §5.6): where the DP group
-    and the EP all-to-alls both leave the scale-up domain, the DP traffic hides only in the NIC
-    time the all-to-alls of that forward (`nic_fwd`) or backward (`nic_bwd`) leave free."""
+    plus the compute slowdown of the hidden part, from the stage's `dp_sync_collectives`: one
+    array per ZeRO stage 0..3 (the time ledger picks each row's). Concurrent collectives on the
+    same links share them (reference §5.6): where the DP group and the EP all-to-alls both leave
+    the scale-up domain, the DP traffic hides only in the NIC time the all-to-alls of that
+    forward (`nic_fwd`) or backward (`nic_bwd`) leave free."""
     prof = problem.profile
     ov = prof.dp_overlap
-    zero = t["zero"]
-    total = np.zeros(len(t))
+    totals = [np.zeros(np.shape(fwd)) for _ in range(4)]
     for c in colls:
         psi, shared = c["psi"], c["shared"]
         ar, rs, ag, tail_ar, tail = c["ar"], c["rs"], c["ag"], c["tail_ar"], c["tail"]
@@ -357,8 +351,8 @@ def _dp_exposed(problem: Problem, t: LayoutTable, colls: list[dict], fwd, bwd, m
         z2 = m * rs_b + ag_f + rs_tail
         z3 = m * (ag_f + hide(ag + rs, b_win))
         # a group with nothing to reduce (a dense model's experts) launches no collective
-        total = total + np.where(psi > 0, pick(zero, [z0, z1, z2, z3]), 0.0)
-    return total
+        totals = [tot + np.where(psi > 0, z, 0.0) for tot, z in zip(totals, (z0, z1, z2, z3))]
+    return totals
 
 
 def tied_embedding_allreduce(problem: Problem, arch: Arch, t: LayoutTable) -> np.ndarray:
@@ -376,77 +370,86 @@ def tied_embedding_allreduce(problem: Problem, arch: Arch, t: LayoutTable) -> np
     return np.where(pp > 1, collective_time(problem, Collective.ALL_REDUCE, nbytes, pair), 0.0)
 
 
-def _distinct_stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups,
-                          found) -> dict[str, dict]:
-    """`stage_times` of every row, computed once per group of rows that differ only in what
-    the stage times do not read (the ZeRO stage, optimizer offload: `cost.distinct_rows`) and
-    copied to the group's rows; the same numbers as `stage_times(problem, arch, t, groups)`
-    (whose `stage` objects the time ledger does not read: `_distinct_dp_sync` gives the
-    parameters). `found`: `distinct_rows(t)`."""
-    if found is None:
-        return stage_times(problem, arch, t, groups)
-    first, inverse = found
-    sub = t.take(first)
-    res = stage_times(problem, arch, sub, layout_groups(sub, tier_sizes(problem)))
-    return {name: {k: v[inverse] if np.ndim(v) else v for k, v in items.items() if k != "stage"}
-            for name, items in res.items()}
-
-
 def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.ndarray]:
-    """Time items (seconds per step) of the pacing stage, plus `step`, `stage` and `m`."""
-    groups = layout_groups(t, tier_sizes(problem))
-    m = micro_batches(problem.training.global_batch, t).astype(np.float64)
-    pp, vp = t["pp"].astype(np.float64), t["vp"].astype(np.float64)
-    tp, sp = t["tp"].astype(np.float64), t["sp"] == 1
+    """Time items (seconds per step) of the pacing stage, plus `step`, `stage` and `m`.
+
+    Everything but the gradient sync and the optimizer step is the same for rows that differ
+    only in the ZeRO stage and the optimizer offload (`cost.distinct_rows`; the enumerator
+    crosses every other axis with zero in 0..3), so it is costed once per distinct row, the
+    gradient sync for each ZeRO stage there (`_dp_by_zero`), and each row then takes its own:
+    the same numbers, in the same order of operations, as costing every row."""
     found = distinct_rows(t)  # rows equal but for ZeRO and optimizer offload
-    per_stage = _distinct_stage_times(problem, arch, t, groups, found)
+    if found is None:
+        sub, inverse = t, np.arange(len(t))
+    else:
+        first, inverse = found
+        sub = t.take(first)
+    groups = layout_groups(sub, tier_sizes(problem))
+    m = micro_batches(problem.training.global_batch, sub).astype(np.float64)
+    pp, vp = sub["pp"].astype(np.float64), sub["vp"].astype(np.float64)
+    tp, sp = sub["tp"].astype(np.float64), sub["sp"] == 1
+    per_stage = stage_times(problem, arch, sub, groups)
     tau = {k: v["fwd"] + v["bwd"] + v["rec"] + v["tp"] + v["cp"] + v["ep"] + v["off"] + v["host"]
            for k, v in per_stage.items()}
     tau_all = np.stack(list(tau.values()))
     tau_max = np.max(tau_all, axis=0)
 
     zero = t["zero"]
-    d = (t["dp"] * t["cp"]).astype(np.float64)
-    d_e = edp(t)
+    sharded = zero >= 1
+    d = (sub["dp"] * sub["cp"]).astype(np.float64)
+    d_e = edp(sub)
     gb = float(problem.training.grad_bytes)
-    items_by_stage = []
-    sync = _distinct_dp_sync(problem, arch, t, groups, per_stage, within=found)
+    offloaded = bool(np.any(t["oo"] > 0))
+    share = t["oo"] / 100.0
+    sync = _distinct_dp_sync(problem, arch, sub, groups, per_stage)
+    base, dp_z, opt_z, rest, busy = [], [], [], [], []
     for name, v in per_stage.items():
         dense, expert, colls = sync[name]
-        dp = _dp_exposed(problem, t, colls, v["fwd"], v["bwd"], m,
-                         v["nic_fwd"], v["nic_bwd"])
-        shard = dense / np.where(zero >= 1, d, 1.0) + expert / np.where(zero >= 1, d_e, 1.0)
-        opt = memory_bound_time(problem, shard * (ADAM_BYTES + gb))
-        off = m * v["off"]
-        if np.any(t["oo"] > 0):  # optimizer offload: the host steps that share (`cost.offload`)
-            share = t["oo"] / 100.0
+        items = dict(compute=m * (v["fwd"] + v["bwd"]), recompute=m * v["rec"],
+                     tp_comm=m * v["tp"], cp_comm=m * v["cp"], ep_comm=m * v["ep"])
+        dp_z.append(np.stack(_dp_by_zero(problem, colls, v["fwd"], v["bwd"], m,
+                                         v["nic_fwd"], v["nic_bwd"])))
+        # the optimizer steps the ZeRO shard (zero >= 1) or the whole stage (zero 0)
+        shard = np.stack([dense / 1.0 + expert / 1.0, dense / d + expert / d_e])
+        opt = memory_bound_time(problem, shard * (ADAM_BYTES + gb))[sharded.astype(np.intp),
+                                                                      inverse]
+        off = (m * v["off"])[inverse]
+        if offloaded:  # optimizer offload: the host steps that share (`cost.offload`)
             opt = opt * (1.0 - share)
-            off = off + optimizer_offload_time(problem, shard, share)
-        items_by_stage.append(dict(
-            compute=m * (v["fwd"] + v["bwd"]), recompute=m * v["rec"], tp_comm=m * v["tp"],
-            cp_comm=m * v["cp"], ep_comm=m * v["ep"], dp_comm=dp,
-            optimizer=opt + problem.profile.step_overhead_ms * MS, offload=off,
-            host=m * v["host"],
-        ))
-    busy = np.stack([sum(it.values()) for it in items_by_stage])
+            off = off + optimizer_offload_time(problem, shard[sharded.astype(np.intp), inverse],
+                                               share)
+        opt = opt + problem.profile.step_overhead_ms * MS
+        dp = dp_z[-1][zero, inverse]
+        host = (m * v["host"])[inverse]
+        first_five = sum(items.values())  # summed as every row was: compute, ..., ep_comm first
+        busy.append(first_five[inverse] + dp + opt + off + host)
+        base.append(items)
+        opt_z.append(opt)
+        rest.append((dp, off, host))
+    busy = np.stack(busy)
     pace = np.argmax(busy, axis=0)
-    out = {k: pick(pace, [it[k] for it in items_by_stage]) for k in items_by_stage[0]}
+    out = {k: np.stack([it[k] for it in base])[pace, inverse] for k in base[0]}
+    out["dp_comm"] = pick(pace, [r[0] for r in rest])
+    out["optimizer"] = pick(pace, opt_z)
+    out["offload"] = pick(pace, [r[1] for r in rest])
+    out["host"] = pick(pace, [r[2] for r in rest])
 
-    S_pp = 2.0 * t["mb"] * problem.training.seq_len / t["cp"] * arch.hidden / np.where(sp, tp, 1.0)
+    S_pp = 2.0 * sub["mb"] * problem.training.seq_len / sub["cp"] * arch.hidden / np.where(sp, tp, 1.0)
     p2p = collective_time(problem, Collective.P2P, S_pp, groups["pp"])
     # fill and drain cross every chunk boundary once each way; steady-state sends overlap
-    out["pp_comm"] = np.where(pp > 1, 2.0 * (pp * vp - 1.0) * p2p, 0.0)
+    pp_comm = np.where(pp > 1, 2.0 * (pp * vp - 1.0) * p2p, 0.0)
     if arch.tied:
-        out["pp_comm"] = out["pp_comm"] + tied_embedding_allreduce(problem, arch, t)
-    if np.any(t["sch"] >= 2):
+        pp_comm = pp_comm + tied_embedding_allreduce(problem, arch, sub)
+    if np.any(sub["sch"] >= 2):
         slowest = np.argmax(tau_all, axis=0)
         fwd = pick(slowest, [v["fwd"] for v in per_stage.values()])
         wgrad = pick(slowest, [v["wgrad"] for v in per_stage.values()])
-        out["bubble"] = pipeline_bubble(t, tau_max, fwd, wgrad)
+        bubble = pipeline_bubble(sub, tau_max, fwd, wgrad)
     else:
-        out["bubble"] = (pp - 1.0) / vp * tau_max  # (p-1)/(v m) of m micro-batches (reference §4)
+        bubble = (pp - 1.0) / vp * tau_max  # (p-1)/(v m) of m micro-batches (reference §4)
+    out["pp_comm"], out["bubble"] = pp_comm[inverse], bubble[inverse]
     ordered = {k: out[k] for k in TIME_ITEMS}
     ordered["step"] = sum(ordered.values())
     ordered["stage"] = pace
-    ordered["m"] = m
+    ordered["m"] = m[inverse]
     return ordered

@@ -134,7 +134,7 @@ def parallel_args(job: Job) -> list[list]:
             ep += ["--moe-token-dispatcher-type", "alltoall"]
         lines.append(ep)
     # the time model overlaps data-parallel communication with compute at every ZeRO stage
-    # (cost/time.py `_dp_exposed`) and sizes the last, exposed bucket as Megatron DDP does
+    # (cost/time.py `_dp_by_zero`) and sizes the last, exposed bucket as Megatron DDP does
     if lay.zero == 1:
         lines.append(["--use-distributed-optimizer", "--overlap-grad-reduce",
                       "--overlap-param-gather"])
