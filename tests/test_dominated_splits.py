@@ -115,3 +115,14 @@ def test_the_comparison_on_hand_made_costs(monkeypatch):
     costs[:, 3], costs[:, 4] = [1, 2, 3], [1, 2, 2]  # equal seconds: the smaller buffers win
     lookup[3], lookup[4] = costs[:, 3], costs[:, 4]
     assert np.flatnonzero(dom.dominated_splits(p, build_arch(p.model), t)).tolist() == [1, 2, 3]
+
+
+def test_the_plan_table_says_what_it_did_not_cost():
+    from conftest import run_cli
+
+    r = run_cli("plan", "--model", "llama3-70b", "--gpu", "h100", "--gpus", "128", "--seq-len",
+                "65536", "--global-batch", "16", "--cp", "8,16", "--micro-batch", "1", "--top", "3")
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if x.startswith("not costed:"))
+    n = int(line.split()[2].replace(",", ""))
+    assert n > 0 and "cp_split_dominated" not in r.stdout

@@ -127,9 +127,15 @@ def print_plan(result, console, vs=None, *, note: str | None = None,
         console.print(forms)
     if vs is not None:
         console.print(f"versus {versus(result, vs)}")
-    if result.reject_counts:
-        counts = ", ".join(f"{k} {v:,}" for k, v in sorted(result.reject_counts.items(), key=lambda kv: -kv[1]))
+    rejected = dict(result.reject_counts)
+    beaten = rejected.pop("cp_split_dominated", 0)  # not a rule: a search reduction
+    if rejected:
+        counts = ", ".join(f"{k} {v:,}" for k, v in sorted(rejected.items(), key=lambda kv: -kv[1]))
         console.print(f"[dim]rejected by rule (a layout may break several): {counts}[/dim]")
+    if beaten:
+        console.print(f"[dim]not costed: {beaten:,} layouts whose a2a+ring split another split "
+                      "of the same layout beats on CP time and buffers (search/dominated.py)"
+                      "[/dim]")
     if result.study is not None:
         where = "in memory" if result.storage is None else result.storage
         more = (f"; the best {result.kept:,} of {result.n_fit:,} fitting layouts (raise --keep "
