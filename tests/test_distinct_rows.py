@@ -53,7 +53,7 @@ def test_groups_of_a_hand_made_table():
 def test_the_hashed_path_groups_the_same(monkeypatch):
     t = _tiny(tp=[1, 2, 1, 2, 1, 4], zero=[0, 1, 2, 3, 3, 0], oo=[0, 0, 50, 0, 25, 0])
     packed = dr.distinct_rows(t)
-    monkeypatch.setattr(dr, "_packed", lambda *a: None)  # as if the columns needed > 64 bits
+    monkeypatch.setattr(dr, "packed_key", lambda *a: None)  # as if the columns needed > 64 bits
     hashed = dr.distinct_rows(t)
 
     def partition(found):
@@ -65,7 +65,7 @@ def test_the_hashed_path_groups_the_same(monkeypatch):
 
 def test_a_hash_collision_costs_every_row(monkeypatch):
     t = _tiny(tp=[1, 2, 1, 2], zero=[0, 1, 2, 3])
-    monkeypatch.setattr(dr, "_packed", lambda *a: None)
+    monkeypatch.setattr(dr, "packed_key", lambda *a: None)
     monkeypatch.setattr(dr, "_hashed", lambda t, c: np.zeros(len(t), dtype=np.uint64))
     assert dr.distinct_rows(t) is None  # tp 1 and tp 2 share a hash: refused, not merged
 

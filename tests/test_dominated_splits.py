@@ -126,3 +126,15 @@ def test_the_plan_table_says_what_it_did_not_cost():
     line = next(x for x in r.stdout.splitlines() if x.startswith("not costed:"))
     n = int(line.split()[2].replace(",", ""))
     assert n > 0 and "cp_split_dominated" not in r.stdout
+
+
+def test_the_packed_key_and_the_lexsort_group_alike(monkeypatch):
+    # the grouping by one 64-bit key, and by all the columns where they need more bits
+    problem = make_problem("llama3-70b", "h100", 128, 65536, 16)
+    from autoparallel.cost.model_arch import build_arch
+    arch = build_arch(problem.model)
+    t = enumerate_valid(problem, SearchSpace(cp=[8, 16], micro_batch=[1], zero=[1],
+                                             recompute=["none"])).table
+    packed = dom.dominated_splits(problem, arch, t)
+    monkeypatch.setattr(dom, "packed_key", lambda *a: None)
+    assert packed.any() and np.array_equal(dom.dominated_splits(problem, arch, t), packed)

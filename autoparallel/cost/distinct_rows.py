@@ -26,7 +26,7 @@ MIN_REPEAT = 1.25
 _MULT = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio, odd: a bijective multiply mod 2^64
 
 
-def _packed(t: LayoutTable, columns) -> np.ndarray | None:
+def packed_key(t: LayoutTable, columns) -> np.ndarray | None:
     """Each row's `columns` as one uint64 (each column offset by its minimum in its own bits),
     exact; None when they need more than 64 bits."""
     key = np.zeros(len(t), dtype=np.uint64)
@@ -62,7 +62,7 @@ def distinct_rows(t: LayoutTable, columns=STAGE_TIME_COLUMNS) -> tuple[np.ndarra
     n = len(t)
     if n < 2:
         return None
-    key = _packed(t, columns)
+    key = packed_key(t, columns)
     exact = key is not None
     if not exact:
         key = _hashed(t, columns)

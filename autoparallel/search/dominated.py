@@ -29,6 +29,7 @@ import numpy as np
 
 from ..cost.arch import Arch
 from ..cost.context import A2A_RING, cp_buffer_bytes, cp_collectives, cp_layer_time
+from ..cost.distinct_rows import packed_key
 from ..cost.time import attention_forward_time
 from ..layouts import LayoutTable
 from ..specs.problem import Problem
@@ -61,9 +62,15 @@ def dominated_splits(problem: Problem, arch: Arch, t: LayoutTable) -> np.ndarray
         return out
     sub = t.take(rows)
     costs = cp_split_costs(problem, arch, sub)
-    keys = np.stack([sub[c] for c in GROUP_COLUMNS])
-    order = np.lexsort(keys[::-1])
-    keys, costs = keys[:, order], costs[:, order]
+    packed = packed_key(sub, GROUP_COLUMNS)  # one exact 64-bit key per row, when the columns fit
+    if packed is not None:
+        order = np.argsort(packed, kind="stable")
+        keys = packed[order][None, :]
+    else:
+        keys = np.stack([sub[c] for c in GROUP_COLUMNS])
+        order = np.lexsort(keys[::-1])
+        keys = keys[:, order]
+    costs = costs[:, order]
     same_from = np.r_[True, np.any(keys[:, 1:] != keys[:, :-1], axis=0)]
     group = np.cumsum(same_from) - 1  # group number of each sorted row
     size = np.bincount(group)
