@@ -304,7 +304,7 @@ def dp_sync_collectives(problem: Problem, t: LayoutTable, groups, dense, expert)
 
 
 def _distinct_dp_sync(problem: Problem, arch: Arch, t: LayoutTable, groups,
-                      names) -> dict[str, list[dict]]:
+                      names) -> dict[str, tuple]:
     """Per stage kind in `names`: the (dense, expert) parameters a GPU of it holds
     (`stage_params`) and its `dp_sync_collectives`, computed once per group of rows equal on
     `DP_SYNC_COLUMNS` (a plan's rows repeat them over micro-batch, SP, CP form, ZeRO and
@@ -402,13 +402,11 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
     offloaded = bool(np.any(t["oo"] > 0))
     share = t["oo"] / 100.0
     sync = _distinct_dp_sync(problem, arch, sub, groups, per_stage)
-    base, dp_z, opt_z, rest, busy = [], [], [], [], []
+    base, opt_z, rest, busy = [], [], [], []
     for name, v in per_stage.items():
         dense, expert, colls = sync[name]
         items = dict(compute=m * (v["fwd"] + v["bwd"]), recompute=m * v["rec"],
                      tp_comm=m * v["tp"], cp_comm=m * v["cp"], ep_comm=m * v["ep"])
-        dp_z.append(np.stack(_dp_by_zero(problem, colls, v["fwd"], v["bwd"], m,
-                                         v["nic_fwd"], v["nic_bwd"])))
         # the optimizer steps the ZeRO shard (zero >= 1) or the whole stage (zero 0)
         shard = np.stack([dense / 1.0 + expert / 1.0, dense / d + expert / d_e])
         opt = memory_bound_time(problem, shard * (ADAM_BYTES + gb))[sharded.astype(np.intp),
@@ -419,7 +417,8 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
             off = off + optimizer_offload_time(problem, shard[sharded.astype(np.intp), inverse],
                                                share)
         opt = opt + problem.profile.step_overhead_ms * MS
-        dp = dp_z[-1][zero, inverse]
+        dp = np.stack(_dp_by_zero(problem, colls, v["fwd"], v["bwd"], m, v["nic_fwd"],
+                                  v["nic_bwd"]))[zero, inverse]  # each row's ZeRO stage
         host = (m * v["host"])[inverse]
         first_five = sum(items.values())  # summed as every row was: compute, ..., ep_comm first
         busy.append(first_five[inverse] + dp + opt + off + host)
