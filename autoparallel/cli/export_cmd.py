@@ -21,16 +21,17 @@ def _ranked_layout(problem, rank: int, target: str):
     --target` lists them."""
     from ..search.explain import nothing_fits_message
     from ..search.plan import plan
+    from ..search.top import ranked_top
 
     if rank < 1:
         raise SpecError(f"`--rank` = {rank}: ranks start at 1 (the fastest layout)")
-    result = plan(problem, top=rank, target=target)
-    if result.n_fit == 0:
-        raise InfeasibleError(nothing_fits_message(result))
-    if rank > len(result.ranked):
-        raise ExportError(f"--rank {rank}: only {result.n_fit} layout(s) that {target} can "
+    head = ranked_top(problem, top=rank, target=target)  # the ranking's head (`plan`'s)
+    if head is None:  # nothing the target can launch fits: the plan says why
+        raise InfeasibleError(nothing_fits_message(plan(problem, top=1, target=target)))
+    if rank > len(head):  # fewer fit than the rank: all of them are in the head
+        raise ExportError(f"--rank {rank}: only {len(head)} layout(s) that {target} can "
                           f"launch fit this problem (`autoparallel plan --target {target}`)")
-    return result.ranked.table.row(rank - 1)
+    return head.table.row(rank - 1)
 
 
 def _warn_if_unfit(problem, layout) -> None:

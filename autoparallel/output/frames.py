@@ -40,14 +40,19 @@ folding) after `ep`; + the MoE job settings `moe_dispatcher`, `moe_a2a_overlap`,
 
 def ranked_frame(result) -> pd.DataFrame:
     """One row per ranked layout (or one 'nothing fits' row), in `SWEEP_COLUMNS` order."""
-    problem = result.problem.describe()
-    ev = result.ranked
-    if len(ev) == 0:
-        row = {c: None for c in SWEEP_COLUMNS} | problem
+    if len(result.ranked) == 0:
+        row = {c: None for c in SWEEP_COLUMNS} | result.problem.describe()
         row["fits"] = False
         row["problem_rows"] = 1
         row["note"] = " ".join(result.nothing_fits_message().split())  # one line per row
         return pd.DataFrame([row], columns=list(SWEEP_COLUMNS))
+    return rows_frame(result.problem, result.ranked)
+
+
+def rows_frame(problem, ev) -> pd.DataFrame:
+    """One row per layout of the evaluation `ev` (ranked, fastest first, at least one), in
+    `SWEEP_COLUMNS` order."""
+    problem = problem.describe()
     cols = ev.columns()
     cols["layout"] = [ev.table.row(i).slug for i in range(len(ev))]
     frame = pd.DataFrame({k: cols[k] for k in LAYOUT_COLUMNS + RESULT_COLUMNS if k in cols})

@@ -151,6 +151,19 @@ def rank_order(ev: Evaluation) -> np.ndarray:
     return order
 
 
+def narrowed_for(space: SearchSpace, target: str | None) -> SearchSpace:
+    """`space` less the schedules and uneven splits `target`'s launcher cannot write."""
+    if target is None:
+        return space
+    from ..exporters import get_exporter
+    from ..specs.layout import Schedule
+
+    exp = get_exporter(target)
+    return space.narrowed(
+        schedule=[s for s in (space.schedule or list(Schedule)) if s in exp.schedules],
+        uneven=space.uneven and exp.uneven_splits)
+
+
 def count_rejections(flags: np.ndarray) -> dict[str, int]:
     """Per rule name, how many rows carry its flag."""
     counts = {r.name: int(np.count_nonzero(flags & int(r.flag))) for r in RULES}
@@ -198,15 +211,7 @@ def plan(
     t0 = time.perf_counter()
     if rank_by not in RANK_BY:
         raise SpecError(f"`rank_by` = {rank_by!r}: choose {' or '.join(RANK_BY)}")
-    space = space or SearchSpace()
-    if target is not None:  # only the schedules and splits the launcher can write
-        from ..exporters import get_exporter
-        from ..specs.layout import Schedule
-
-        exp = get_exporter(target)
-        space = space.narrowed(
-            schedule=[s for s in (space.schedule or list(Schedule)) if s in exp.schedules],
-            uneven=space.uneven and exp.uneven_splits)
+    space = narrowed_for(space or SearchSpace(), target)
     rules = active_rules() if rules is None else rules
     arch = build_arch(problem.model)
     # rows that break a rule: counted, not built; so are the hierarchical CP splits that lose

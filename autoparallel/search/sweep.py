@@ -24,12 +24,13 @@ from pydantic import Field, PositiveInt, ValidationError
 
 from ..errors import SpecError, format_validation_error
 from ..limits import check_int
-from ..output.frames import PROBLEM_COLUMNS, ranked_frame
+from ..output.frames import PROBLEM_COLUMNS, ranked_frame, rows_frame
 from ..problem import make_problem
 from ..specs.job import JOB_FIELDS, JobSpec
 from ..specs.precision import PrecisionName
 from .plan import plan
 from .space import SearchSpace
+from .top import ranked_top
 
 
 class SweepSpec(JobSpec):
@@ -150,8 +151,15 @@ class _Block:
         self.space, self.top, self.rules, self.target = space, top, rules, target
 
     def __call__(self, problem) -> bytes:
-        result = plan(problem, self.space, top=self.top, rules=self.rules, target=self.target)
-        return ranked_frame(result).to_csv(index=False, header=False).encode("utf-8")
+        # the ranking's head alone (`ranked_top`); `plan` says why when nothing fits
+        head = ranked_top(problem, self.space, top=self.top, rules=self.rules,
+                          target=self.target)
+        if head is None:
+            frame = ranked_frame(plan(problem, self.space, top=self.top, rules=self.rules,
+                                      target=self.target))
+        else:
+            frame = rows_frame(problem, head)
+        return frame.to_csv(index=False, header=False).encode("utf-8")
 
 
 def run_sweep(spec: SweepSpec, space: SearchSpace, output: str | Path, rules=None,
