@@ -294,12 +294,22 @@ def in_blocks(ledger, problem: Problem, arch: Arch, table: LayoutTable,
             if keep is None:
                 return whole
             return Ledger(ledger, problem, arch, table, {k: whole[k] for k in keep}, tuple(whole))
-        parts, keys = [], None
-        for i in range(0, len(table), BLOCK_ROWS):
+        # each block's arrays are copied into the whole table's as soon as it is costed (the
+        # blocks' memory is reused, not held until one join at the end)
+        joined: dict[str, np.ndarray] = {}
+        keys = None
+        n = len(table)
+        for i in range(0, n, BLOCK_ROWS):
             part = ledger(problem, arch, table.take(slice(i, i + BLOCK_ROWS)))
             keys = keys or tuple(part)
-            parts.append(part if keep is None else {k: part[k] for k in keep})
-    joined = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
+            for k in (part if keep is None else keep):
+                v = part[k]
+                whole = joined.get(k)
+                if whole is None:
+                    whole = joined[k] = np.empty(n, dtype=v.dtype)
+                elif whole.dtype != v.dtype:  # as np.concatenate would: the common type
+                    whole = joined[k] = whole.astype(np.result_type(whole, v))
+                whole[i:i + len(v)] = v
     return joined if keep is None else Ledger(ledger, problem, arch, table, joined, keys)
 
 

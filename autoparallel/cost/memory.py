@@ -150,9 +150,12 @@ def layer_activations(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str,
     """Per-layer activation bytes of one micro-batch, the same on every stage
     (`layer_activation_bytes`): `dense` and `moe` layers under the row's recompute, and
     `dense_kept` / `moe_kept` without recompute; `kv_buffers` the CP form's buffers
-    (`cost.context.cp_buffer_bytes`)."""
+    (`cost.context.cp_buffer_bytes`); `one_micro_batch` whether a step has a single
+    micro-batch."""
     none = np.zeros_like(t["rc"])
-    return {"kv_buffers": cp_buffer_bytes(problem, arch, t),"dense": layer_activation_bytes(problem, arch, t, moe=False),
+    return {"one_micro_batch": micro_batches(problem.training.global_batch, t) <= 1,
+            "kv_buffers": cp_buffer_bytes(problem, arch, t),
+            "dense": layer_activation_bytes(problem, arch, t, moe=False),
             "moe": layer_activation_bytes(problem, arch, t, moe=True),
             "dense_kept": layer_activation_bytes(problem, arch, t, moe=False, recompute=none),
             "moe_kept": layer_activation_bytes(problem, arch, t, moe=True, recompute=none)}
@@ -258,13 +261,13 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage,
     # forward ends (torch.autocast `cache_enabled=True`, PyTorch docs; autocast_mode.cpp caches
     # casts of leaf tensors that require grad): a whole 16-bit copy of the stage's weights, also
     # under ZeRO-3 / FSDP, whose gathered units are cast and cached one after the other.
-    cast_cache = np.where(tr.autocast, 2.0 * (dense + expert), 0.0)
+    cast_cache = 2.0 * (dense + expert) if tr.autocast else 0.0
     # fixed: the GEMM workspaces (`cost.device_memory.workspace_bytes`) and any fixed extra a
     # profile sets (`Profile.memory_overhead_gib`, 0 by default)
     fixed = workspace_bytes(problem.cluster.gpu.generation, problem.stack.transformer_engine,
                             arch.n_moe_layers > 0) + problem.profile.memory_overhead_gib * GiB
     overhead = fixed + gathered + working + kv_buffers + cast_cache
-    one = micro_batches(tr.global_batch, t) <= 1
+    one = acts["one_micro_batch"] if acts is not None else micro_batches(tr.global_batch, t) <= 1
     unsharded = np.zeros(len(t), dtype=bool)
     if problem.stack.unsharded_accumulation:
         # FSDP1 `no_sync()` between the micro-batches of a step (Lightning Fabric's
@@ -302,11 +305,14 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage,
     }
     # gradients on a communication stream's pool (`StackSpec.grads_side_stream`): sharded ones
     # (ZeRO-2/3, reduce-scattered), the whole shard in the reduction dtype, reserved throughout
-    side = (zero >= 2) & (d > 1) & bool(problem.stack.grads_side_stream)
-    items["side_grads"] = np.where(side, sharded(float(tr.grad_reduce_bytes), 2), 0.0)
-    # the gradients the allocated peak holds that live in that pool (unsharded accumulation
-    # keeps them on the compute stream)
-    items["side_at_peak"] = np.where(side & ~unsharded, grads, 0.0)
+    if problem.stack.grads_side_stream:
+        side = (zero >= 2) & (d > 1)
+        items["side_grads"] = np.where(side, sharded(float(tr.grad_reduce_bytes), 2), 0.0)
+        # the gradients the allocated peak holds that live in that pool (unsharded accumulation
+        # keeps them on the compute stream)
+        items["side_at_peak"] = np.where(side & ~unsharded, grads, 0.0)
+    else:
+        items["side_grads"], items["side_at_peak"] = np.zeros(len(t)), np.zeros(len(t))
     return items
 
 
