@@ -24,13 +24,14 @@ GRID = ["--model", "llama3-8b,llama3-70b,llama3-405b,mixtral-8x7b,deepseek-v3", 
         "--gpus", "64,256,1024,4096,16384", "--seq-len", "4096,8192", "--global-batch",
         "512,2048"]
 STAGES = {
-    "enumerate layouts": ("enumerate.py", "enumerate_layouts"),
+    "enumerate layouts": ("enumerate.py", "enumerate_valid"),
     "rules": ("rules.py", "check_rules"),
     "memory ledger": ("memory.py", "memory_ledger"),
     "time ledger": ("time.py", "time_ledger"),
-    "rank": ("plan.py", "rank_order"),
+    "ranking's head": ("top.py", "ranked_top"),
+    "full plan (nothing fits)": ("plan.py", "plan"),
     "error bands": ("evaluate.py", "bands"),
-    "CSV rows": ("frames.py", "ranked_frame"),
+    "CSV rows": ("frames.py", "rows_frame"),
 }
 
 
