@@ -135,7 +135,7 @@ def rank_order(ev: Evaluation) -> np.ndarray:
     time alone and the tied runs (rare: 1,400 of DeepSeek-V3's 1.1 M fitting layouts) re-sorted
     on all three keys."""
     step = ev.time["step"]
-    key_time = np.round(step / max(float(step.min()), 1e-30), 9) if len(step) else step
+    key_time = time_key(step, float(step.min())) if len(step) else step
     order = np.argsort(key_time, kind="stable")
     k = key_time[order]
     same = (k[1:] == k[:-1]) | (np.isnan(k[1:]) & np.isnan(k[:-1]))
@@ -145,10 +145,22 @@ def rank_order(ev: Evaluation) -> np.ndarray:
         tied[:-1] |= same
         at = np.flatnonzero(tied)  # runs of equal time, each in table order (a stable sort)
         rows = order[at]
-        t = ev.table
-        simple = t["tp"][rows] * t["pp"][rows] * t["vp"][rows] * t["cp"][rows]
-        order[at] = rows[np.lexsort((simple, ev.memory["total"][rows], key_time[rows]))]
+        order[at] = rows[np.lexsort((simplicity(ev.table, rows), ev.memory["total"][rows],
+                                     key_time[rows]))]
     return order
+
+
+def time_key(step: np.ndarray, fastest: float) -> np.ndarray:
+    """The ranking's time key: step time relative to the fastest fitting layout's, rounded to
+    1e-9 (layouts within it are tied, and ordered by memory, then `simplicity`, then table
+    order)."""
+    return np.round(step / max(fastest, 1e-30), 9)
+
+
+def simplicity(t, rows=slice(None)) -> np.ndarray:
+    """GPUs per model replica, tp x pp x vp x cp, of the rows at `rows` (the ranking's second
+    tie-break: simpler layouts first)."""
+    return t["tp"][rows] * t["pp"][rows] * t["vp"][rows] * t["cp"][rows]
 
 
 def narrowed_for(space: SearchSpace, target: str | None) -> SearchSpace:
@@ -276,4 +288,5 @@ def plan(
     return result
 
 
-__all__ = ["PlanResult", "plan", "rank_order", "count_rejections"]
+__all__ = ["PlanResult", "plan", "rank_order", "time_key", "simplicity", "count_rejections",
+           "narrowed_for"]

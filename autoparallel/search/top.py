@@ -30,26 +30,12 @@ FIRST_BATCH = 4096
 """Layouts whose memory is costed first (the fastest); each further batch is 4x larger."""
 
 
-def time_key(step: np.ndarray, fastest: float) -> np.ndarray:
-    """`rank_order`'s time key: step time relative to the fastest fitting layout's, rounded to
-    1e-9 (layouts within it are tied and ordered by memory, then simplicity, then table
-    order)."""
-    return np.round(step / max(fastest, 1e-30), 9)
-
-
-def tie_order(table, total: np.ndarray, key: np.ndarray) -> np.ndarray:
-    """`rank_order`'s permutation of rows in table order: by time key, then total memory, then
-    GPUs per replica (tp x pp x vp x cp), then table order."""
-    simple = table["tp"] * table["pp"] * table["vp"] * table["cp"]
-    return np.lexsort((simple, total, key))
-
-
 def ranked_top(problem: Problem, space: SearchSpace | None = None, *, top: int = 3,
                rules=None, target: str | None = None) -> Evaluation | None:
     """The first `top` layouts of `plan(problem, space, top=top, rules=rules, target=target)`'s
-    ranking (`rank_by="time"`), as an `Evaluation`; None when no layout fits (the caller then
-    runs `plan`, whose nearest misses explain why)."""
-    from .plan import narrowed_for
+    ranking (`rank_by="time"`), as an `Evaluation`; None when no layout fits, or none that
+    `target` can express (the caller then runs `plan`, which says why)."""
+    from .plan import narrowed_for, simplicity, time_key
 
     if top < 1:
         raise SpecError(f"`top` = {top}: give 1 or more (how many ranked layouts to return)")
@@ -99,9 +85,11 @@ def ranked_top(problem: Problem, space: SearchSpace | None = None, *, top: int =
     found, total = np.concatenate(fit_rows), np.concatenate(fit_total)
     if len(found) == 0:  # layouts fit, but not one the target can express
         return None
-    by_row = np.argsort(found, kind="stable")  # table order, which the ranking's last tie-break keeps
+    by_row = np.argsort(found, kind="stable")  # table order: the last tie-break
     found, total = found[by_row], total[by_row]
-    head = found[tie_order(valid.take(found), total, time_key(step[found], fastest))[:top]]
+    # `rank_order` restricted to these rows: by time key, memory, simplicity, table order
+    order = np.lexsort((simplicity(valid, found), total, time_key(step[found], fastest)))
+    head = found[order[:top]]
     return evaluate(problem, valid.take(head), rules, arch=arch,
                     reject=np.zeros(len(head), dtype=np.int64))
 
@@ -113,4 +101,4 @@ def _expressible(problem: Problem, valid, rows: np.ndarray, target: str) -> np.n
     return np.array([not check(target, problem, valid.row(int(i))) for i in rows], dtype=bool)
 
 
-__all__ = ["ranked_top", "time_key", "tie_order", "FIRST_BATCH"]
+__all__ = ["ranked_top", "FIRST_BATCH"]
