@@ -77,6 +77,7 @@ def make_problem(
                             else given.moe_a2a_overlap),
         "moe_routing": given.moe_routing or stack.moe_routing,
         "cuda_graphs": given.cuda_graphs or stack.cuda_graphs,
+        "offload_modules": given.offload_modules or "none",
         "fp8_param_gather": (stack.low_precision_allgather if given.fp8_param_gather is None
                              else given.fp8_param_gather),
     })
@@ -103,6 +104,7 @@ def make_problem(
             moe_dispatcher=resolved.moe_dispatcher, moe_a2a_overlap=resolved.moe_a2a_overlap,
             moe_routing=resolved.moe_routing, cuda_graphs=resolved.cuda_graphs,
             moe_capacity_factor=resolved.moe_capacity_factor or 1.0,
+            offload_modules=resolved.offload_modules,
             fp8_param_gather=resolved.fp8_param_gather,
         )
     except ValidationError as exc:
@@ -123,7 +125,9 @@ def _check_moe(gpu: GPUSpec, stack: StackSpec, job: JobSpec, model) -> None:
     intra-node NVLink + RDMA; Megatron-Bridge's overlap guide: DeepEP on Ampere, Hopper, B200,
     B300; HybridEP also on GB200/GB300 NVL72); a capacity factor without capacity routing; full
     CUDA graphs of a dropless MoE model (dynamic shapes: Megatron's MoE guide, 'MoE layers
-    uncapturable' without a capacity factor and padding, unless HybridEP's static buffers)."""
+    uncapturable' without a capacity factor and padding, unless HybridEP's static buffers);
+    offloaded modules the stack cannot offload, on a model without MoE layers or a GPU without
+    a host link."""
     if job.moe_dispatcher not in stack.moe_dispatchers:
         raise SpecError(f"`{job_flag('moe_dispatcher')}` = {job.moe_dispatcher!r}: stack "
                         f"{stack.name!r} implements {', '.join(stack.moe_dispatchers)}")
@@ -143,6 +147,22 @@ def _check_moe(gpu: GPUSpec, stack: StackSpec, job: JobSpec, model) -> None:
     if job.cuda_graphs not in stack.cuda_graph_modes:
         raise SpecError(f"`{job_flag('cuda_graphs')}` = {job.cuda_graphs!r}: stack "
                         f"{stack.name!r} implements {', '.join(stack.cuda_graph_modes)}")
+    if job.offload_modules != "none":
+        asked = job.offload_modules.split("+")
+        missing = [m for m in asked if m not in stack.offload_modules]
+        if missing:
+            can = ", ".join(stack.offload_modules) or "none"
+            raise SpecError(f"`{job_flag('offload_modules')}` = {job.offload_modules!r}: stack "
+                            f"{stack.name!r} cannot offload {', '.join(missing)} (it offloads: "
+                            f"{can}); use --offload-modules none")
+        if model.moe is None:
+            raise SpecError(f"`{job_flag('offload_modules')}` = {job.offload_modules!r}: model "
+                            f"{model.name!r} has no MoE layers, whose modules these are; use "
+                            "--offload-modules none")
+        if gpu.host_link_gb_per_s is None:
+            raise SpecError(f"`{job_flag('offload_modules')}` = {job.offload_modules!r}: GPU "
+                            f"{gpu.name!r} has no `host_link_gb_per_s`, so the copies cannot be "
+                            "costed; add it to the GPU spec or use --offload-modules none")
     if (model.moe is not None and job.cuda_graphs == "full" and job.moe_routing != "capacity"
             and job.moe_dispatcher != "hybridep"):
         raise SpecError(f"`{job_flag('cuda_graphs')}` = 'full' with {job.moe_routing} routing and "

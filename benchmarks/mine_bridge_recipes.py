@@ -65,8 +65,12 @@ RECIPE_FUNCTIONS = {
     # bodies (src/megatron/bridge/perf_recipes/nemotronh/{gb300,gb200}/nemotronh.py and
     # common.py `_apply_nemotron_3_ultra_perf_defaults`: flex dispatcher backend hybridep,
     # cuda_graph_impl "none", moe_router_force_load_balancing, expert_tensor_parallel_size 1,
-    # recompute_modules ["moe_act"]). Not carried (not modelled): Megatron-FSDP (HSDP), the
-    # fine-grained activation offload of the expert MLP.
+    # recompute_modules ["moe_act"]; common.py `_apply_nemotron_3_ultra_fsdp_hsdp`:
+    # use_megatron_fsdp, data_parallel_sharding_strategy "optim_grads_params" = ZeRO-3, sharded
+    # within each NVLink domain and optimizer-sharded across them, which the ledger prices as
+    # ZeRO-3 over the whole DP group; fine_grained_activation_offloading with offload_modules
+    # ["fused_group_mlp"] and min_offloaded_tensor_size ~ the moe_act input, "approximates
+    # offloading the moe_act input", i.e. offload_modules moe_act).
     ("Nemotron_3_Ultra", "GB300"): ("v0.6.0", "51885cf132",
                                     "src/megatron/bridge/perf_recipes/nemotronh/gb300/nemotronh.py",
                                     "nemotron_3_ultra_pretrain_256gpu_gb300_fp8mx_config"),
@@ -77,7 +81,8 @@ RECIPE_FUNCTIONS = {
 """Rows whose recipe is a v0.6.0 `perf_recipes` function (read by hand; see the comment)."""
 RECIPE_FUNCTION_SETTINGS = {"etp": "1", "moe_dispatcher": "hybridep", "moe_a2a_overlap": "false",
                             "cuda_graphs": "none", "moe_routing": "balanced",
-                            "recompute_modules": "moe_act"}
+                            "recompute_modules": "moe_act", "zero": "3",
+                            "offload_modules": "moe_act"}
 
 
 def git_show(repo: str, tag: str, path: str) -> str | None:

@@ -51,7 +51,8 @@ CAPACITY = ("tests/test_capacity.py::test_parsers",
 HYBRID = ("tests/test_hybrid.py",)
 """The hybrid layer types' tests (hand-derived counts, FLOPs and ledgers)."""
 MOE = ("tests/test_ledger_terms.py", "tests/test_moe_time.py", "tests/test_moe_memory.py",
-       "tests/test_moe_layers.py", "tests/test_time.py", "tests/test_memory.py")
+       "tests/test_moe_layers.py", "tests/test_time.py", "tests/test_memory.py",
+       "tests/test_module_offload.py")
 """The MoE terms' tests (docs/moe.md): hand ledger, each term's derivation, whole layers."""
 
 
@@ -444,6 +445,22 @@ MUTANTS: tuple[Mutant, ...] = (
     M("offload-act-bwd", "cost/offload.py",
       "return n_off * (np.maximum(0.0, copy - fwd_layer) + np.maximum(0.0, copy - bwd_layer))",
       "return n_off * np.maximum(0.0, copy - fwd_layer)", "no copy back before the backward"),
+    M("module-offload-act", "cost/offload.py",
+      "per = per + (arch.act_coef - 2.0) * arch.expert_ffn / t[\"etp\"]",
+      "per = per + arch.act_coef * arch.expert_ffn / t[\"etp\"]",
+      "moe_act offloads the FC2 input too", MOE),
+    M("module-offload-fc1", "cost/offload.py",
+      "per = per + _linear_bytes(problem) * arch.hidden",
+      "per = per + _linear_bytes(problem) * arch.hidden / t[\"etp\"]",
+      "expert_fc1's input split by expert TP", MOE),
+    M("module-offload-transfer", "cost/memory.py",
+      "* module_offload_in_transfer(problem, arch, t), 0.0)",
+      "* 0.0 * module_offload_in_transfer(problem, arch, t), 0.0)",
+      "no offloaded layer kept in transfer", MOE),
+    M("module-offload-free", "cost/time.py",
+      "                parts[kind][\"off\"] = parts[kind][\"off\"] + activation_offload_time(",
+      "                parts[kind][\"off\"] = parts[kind][\"off\"] + 0.0 * activation_offload_time(",
+      "module offload copies cost no time", MOE),
     M("host-link-eff", "cost/offload.py",
       "return gpu.host_link_gb_per_s * 1e9 * problem.profile.host_link_efficiency",
       "return gpu.host_link_gb_per_s * 1e9", "host link at its spec"),

@@ -19,13 +19,13 @@ P70 = ["--model", "llama3-70b", "--gpu", "h100", "--gpus", "64", "--seq-len", "8
 
 # The frozen sweep/plan CSV schema (version 2: + the job settings; 4: + model_code, torch_compile,
 # autocast, layout (the full slug), time_offload_s; 5: + cp_comm, cp_a2a, etp, edp, the MoE job
-# settings, fp8_param_gather, network, time_host_s, problem_rows). Changing it breaks users'
-# notebooks: add a column only with a schema version bump and a note in the README.
+# settings, fp8_param_gather, network, time_host_s, problem_rows; 6: + offload_modules).
+# Changing it breaks users' notebooks: add a column only with a schema version bump and a note in the README.
 FROZEN_SWEEP_COLUMNS = [
     "model", "gpu", "n_gpus", "gpus_per_node", "seq_len", "global_batch",
     "stack", "precision", "grad_dtype", "grad_reduce_dtype", "optimizer_dtype", "attention", "model_code", "torch_compile", "autocast", "tp_comm_overlap",
     "moe_dispatcher", "moe_a2a_overlap", "moe_routing", "moe_capacity_factor", "cuda_graphs",
-    "fp8_param_gather", "usable_fraction", "intra_gbps", "inter_gbps", "intra_latency_us",
+    "offload_modules", "fp8_param_gather", "usable_fraction", "intra_gbps", "inter_gbps", "intra_latency_us",
     "inter_latency_us", "network", "profile",
     "dp", "tp", "pp", "vp", "cp", "cp_comm", "cp_a2a", "ep", "etp", "edp", "zero", "recompute",
     "sp", "micro_batch", "grad_accum", "layout",

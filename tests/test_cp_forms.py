@@ -99,7 +99,7 @@ def test_plan_ranks_each_form_and_says_which(monkeypatch):
     seen = {(e["layout"]["cp_comm"], e["layout"]["cp_a2a"]) for e in js["ranked"]}
     assert all(c in (None, "ring", "a2a", "allgather", "a2a+ring") for c, _ in seen)
     assert all((c == "a2a+ring") == (u is not None) for c, u in seen)
-    assert js["schema_version"] == "5"
+    assert int(js["schema_version"]) >= 5  # the CP forms are in the schema since version 5
 
 
 def test_versus_takes_a_form_slug():

@@ -22,7 +22,8 @@ from .context import cp_buffer_bytes
 from .model_code import model_code
 from .device_memory import outside_allocator_bytes, reserved_bytes, workspace_bytes
 from .moe_memory import dispatch_buffer_bytes, routed_activation_bytes
-from .offload import keeps_scores, offloaded_layers, selective_saved, uniform_groups
+from .offload import (keeps_scores, module_offload_bytes, module_offload_in_transfer,
+                      offloaded_layers, selective_saved, uniform_groups)
 from .pick import pick
 from .stages import STAGES, Stage, micro_batches, stages
 
@@ -57,8 +58,10 @@ def stage_params(arch: Arch, t: LayoutTable, st: Stage) -> tuple[np.ndarray, np.
 
 def layer_activation_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bool,
                            recompute: np.ndarray | None = None,
-                           low_precision: bool = True, code_extras: bool = True) -> np.ndarray:
-    """Activation bytes one GPU stores for one layer and one micro-batch.
+                           low_precision: bool = True, code_extras: bool = True,
+                           offload: bool = True) -> np.ndarray:
+    """Activation bytes one GPU stores for one layer and one micro-batch (`offload` False: also
+    what the job's offloaded modules move to the host, `cost.offload.module_offload_bytes`).
 
     No recompute: sbh[8 + 2 delta + 4q/h + 4kv/h + c_f f/h] (reference §3.4; = 34 sbh for a GPT
     layer); without SP the LN/QKV/FC1 inputs and masks stay whole on every TP rank, i.e.
@@ -114,6 +117,10 @@ def layer_activation_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bo
         stored = stored + np.where(keeps_scores(t, rc), scores, 0.0)
     if np.any(t["rm"] > 0):  # named modules besides core attention (`cost.offload`)
         stored = stored - np.where(rc == 1, selective_saved(problem, arch, t, moe, False), 0.0)
+    if offload and moe and problem.training.offload_modules != "none":
+        # fine-grained activation offload: the named modules' inputs live on the host
+        # (`cost.offload.module_offload_bytes`)
+        stored = stored - module_offload_bytes(problem, arch, t, rc)
     full = 2.0 * tokens * arch.hidden / rep_div
     if problem.stack.selective_policy == "op_sac":
         stored = np.where(rc == 1, op_sac_bytes(arch, t, tokens, moe, problem), stored)
@@ -225,6 +232,11 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage,
         in_transfer = np.maximum(in_transfer, np.where(off_d > 0, a_dense, 0.0))
         activations = activations - problem.stack.activation_factor * (
             st.inflight * (off_d * a_dense + off_m * a_moe) - in_transfer)
+
+    if tr.offload_modules != "none":  # one MoE layer's offloaded inputs in transfer (`cost.offload`)
+        has_moe = True if hybrid else st.n_moe > 0
+        activations = activations + np.where(has_moe, problem.stack.activation_factor
+                                             * module_offload_in_transfer(problem, arch, t), 0.0)
 
     s, b = tr.seq_len, t["mb"].astype(np.float64)
     tokens = b * s / cp

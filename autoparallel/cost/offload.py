@@ -36,6 +36,20 @@ prefetched ahead of its backward). Each layer's copy overlaps the next layer's f
 and the backward of the layer after it (H2D) on the copy engines, so per layer and micro-batch
 only max(0, bytes / link - forward) + max(0, bytes / link - backward) is exposed.
 
+Fine-grained activation offload (Megatron-Core `--fine-grained-activation-offloading
+--offload-modules`, docs/source/api-guide/fine_grained_activation_offloading.md: each named
+module's input goes to the host in the forward and returns before the module's backward; the
+job's `offload_modules`): of each MoE layer, `expert_fc1` moves the routed experts' FC1 input,
+h elements per routed copy at the stored element size (2 bytes, or the recipe's where the stack
+saves quantised linear inputs), and `moe_act` the experts' activation input, the FC1 output,
+(c_f - 2) f_e / etp bytes per copy in BF16 (the ledger's c_f f_e less the FC2 input 2 f_e;
+SwiGLU 4 f_e, squared ReLU 2 f_e). Nothing moves for a layer that keeps no such tensor: full
+recompute, or selective recompute of the whole `moe` module. One MoE layer's offloaded tensors
+stay on the GPU in transfer (the one just computed, or the one prefetched ahead of its
+backward: `fine_grained_offloading_max_inflight_offloads` 1 in the Nemotron-3 Ultra recipes).
+The copies hide behind the layer's forward (D2H) and backward (H2D) as whole-layer offload's
+do (`activation_offload_time`).
+
 Optimizer offload (Megatron `--optimizer-cpu-offload --optimizer-offload-fraction F`,
 HybridDeviceOptimizer; DeepSpeed ZeRO-Offload, Ren et al. 2021, arXiv 2101.06840): the share F
 of the rank's fp32 master weights and moments lives in host memory; each step its gradients go
@@ -205,6 +219,46 @@ def host_bytes_per_s(problem: Problem) -> float:
                         "costed; add the host link (GB/s per direction) to the GPU spec or "
                         "drop the offload")
     return gpu.host_link_gb_per_s * 1e9 * problem.profile.host_link_efficiency
+
+
+def module_offload_bytes(problem: Problem, arch: Arch, t: LayoutTable,
+                         recompute: np.ndarray | None = None) -> np.ndarray:
+    """Bytes the job's offloaded modules (`TrainingSpec.offload_modules`) move to the host per
+    MoE layer and micro-batch on one rank, before the stack's activation factor (module
+    docstring); 0 for a model without MoE layers, for rows whose layers keep no such tensor
+    (full recompute in the row or in `recompute`, the recompute the caller costs, default the
+    row's; selective recompute of the whole `moe` module) and without offloaded modules."""
+    mods = problem.training.offload_modules
+    if mods == "none" or not arch.n_moe_layers:
+        return np.zeros(len(t))
+    from .moe_memory import _linear_bytes, routed_copies  # per rank: expert TP, imbalance
+
+    rc = t["rc"] if recompute is None else recompute
+    copies = routed_copies(problem, arch, t)
+    per = 0.0
+    names = mods.split("+")
+    if "expert_fc1" in names:  # the dispatched tokens: h elements at the stored size
+        per = per + _linear_bytes(problem) * arch.hidden
+    if "moe_act" in names:  # the FC1 output in BF16: c_f f_e less the FC2 input's 2 f_e
+        per = per + (arch.act_coef - 2.0) * arch.expert_ffn / t["etp"]
+    # a fully recomputed row offloads nothing, even in the ledger's kept-layer figures (its
+    # recompute working set re-materialises whole layers; its partially recomputed rows'
+    # kept layers are not credited: an upper bound)
+    keeps = (rc != 2) & (t["rc"] != 2) & ~_has(t, RecomputeModule.MOE)
+    return np.where(keeps, copies * per, 0.0)
+
+
+def module_offload_in_transfer(problem: Problem, arch: Arch, t: LayoutTable) -> np.ndarray:
+    """Offloaded module bytes one stage keeps on the GPU in transfer: one MoE layer's
+    (`module_offload_bytes`; of a hybrid model, its largest MoE layer type's), before the stack's
+    activation factor."""
+    if arch.hybrid is None:
+        return module_offload_bytes(problem, arch, t)
+    out = np.zeros(len(t))
+    for part in arch.hybrid.parts:
+        if part.moe:
+            out = np.maximum(out, module_offload_bytes(problem, part.arch, t))
+    return out
 
 
 def offloaded_layers(t: LayoutTable, n_dense, n_moe) -> tuple[np.ndarray, np.ndarray]:

@@ -29,8 +29,8 @@ from .moe_layer import exposed_dispatch, hidden_dispatch_nic, moe_ffn
 from .network import sizes as tier_sizes
 from .memory import layer_activation_bytes, stage_params
 from .overlap import hidden_cost as _hidden_cost
-from .offload import (activation_offload_time, moe_recomputed, offloaded_layers,
-                      optimizer_offload_time, selective_recompute_time)
+from .offload import (activation_offload_time, module_offload_bytes, moe_recomputed,
+                      offloaded_layers, optimizer_offload_time, selective_recompute_time)
 from .pick import pick
 from .stages import micro_batches, stages
 
@@ -84,9 +84,9 @@ def _dense_mlp_forward(problem: Problem, arch: Arch, t: LayoutTable) -> np.ndarr
 def _elementwise(problem: Problem, arch: Arch, t: LayoutTable, moe: bool) -> np.ndarray:
     """Elementwise kernels write and re-read what the layer stores (reference §3.4 accounting);
     the stack's fitted `elementwise_factor` covers how fused its kernels are, so the model-code
-    extras (cost.model_code) are memory-only."""
+    extras (cost.model_code) are memory-only, as is where offloaded tensors are kept."""
     stored = layer_activation_bytes(problem, arch, t, moe, recompute=np.zeros_like(t["rc"]),
-                                    low_precision=False, code_extras=False)
+                                    low_precision=False, code_extras=False, offload=False)
     return memory_bound_time(problem, 2.0 * problem.profile.elementwise_factor * stored)
 
 
@@ -185,6 +185,10 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups,
         moved = {"dense": factor * layer_activation_bytes(problem, arch, t, moe=False),
                  "moe": factor * layer_activation_bytes(problem, arch, t, moe=True)}
 
+    # fine-grained activation offload: each MoE layer's offloaded module inputs (`cost.offload`)
+    mod_moved = problem.stack.activation_factor * module_offload_bytes(problem, arch, t) \
+        if problem.training.offload_modules != "none" and arch.n_moe_layers else None
+
     out = {}
     for name, st in (sts or stages(arch, t, problem.training.global_batch)).items():
         parts = {}
@@ -205,6 +209,9 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups,
                 # weight-gradient GEMMs: half the GEMM backward (one of its two GEMMs, = forward)
                 wgrad=n * gemm,
             )
+            if kind == "moe" and mod_moved is not None:
+                parts[kind]["off"] = parts[kind]["off"] + activation_offload_time(
+                    problem, mod_moved, fwd, bwd, n)
         ep, host, nic_fwd, nic_bwd = zero, zero, zero, zero
         if arch.n_moe_layers:
             again = st.recomputed + moe_again

@@ -22,7 +22,7 @@ RESULT_COLUMNS = (
 )
 SWEEP_COLUMNS = PROBLEM_COLUMNS + LAYOUT_COLUMNS + RESULT_COLUMNS
 """The frozen column schema of `sweep` CSVs and `plan --format csv` (`SWEEP_SCHEMA_VERSION`)."""
-SWEEP_SCHEMA_VERSION = 5
+SWEEP_SCHEMA_VERSION = 6
 """Version 1: 42 columns. Version 2: + the job settings (stack, precision, grad_dtype, ...)
 after the problem columns. Version 3: + `optimizer_dtype`; `usable_fraction` empty = the fitted
 allocator margin; + mem_reserved_gib, mem_device_gib, mem_headroom_gib, mem_first_stage_gib,
@@ -35,7 +35,9 @@ folding) after `ep`; + the MoE job settings `moe_dispatcher`, `moe_a2a_overlap`,
 `moe_capacity_factor`, `cuda_graphs` and `fp8_param_gather` after `tp_comm_overlap`; + `network`
 (the network preset or file) before `profile`; + `time_host_s` after `time_offload_s`; +
 `problem_rows` after `rank` (how many rows the problem has: `rank` runs 1..problem_rows, or one
-'nothing fits' row), so that a resumed sweep keeps a problem only when all its rows are present."""
+'nothing fits' row), so that a resumed sweep keeps a problem only when all its rows are present.
+Version 6: + `offload_modules` (fine-grained activation offload of MoE modules) after
+`cuda_graphs`."""
 
 
 def ranked_frame(result) -> pd.DataFrame:

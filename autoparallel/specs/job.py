@@ -14,7 +14,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat
 
 from ._base import Spec
 from .precision import PrecisionName
-from .stack import CudaGraphs, ModelCodeName, MoEDispatcher, MoERouting
+from .stack import CudaGraphs, ModelCodeName, MoEDispatcher, MoERouting, OffloadModules
 
 
 CLI_HELP: dict[str, str] = {}
@@ -63,6 +63,8 @@ class JobSpec(Spec):
     """With moe_routing = capacity: tokens an expert takes, in units of its balanced share (Megatron --moe-expert-capacity-factor); default 1.0."""
     cuda_graphs: CudaGraphs | None = Field(None, **_cli("--cuda-graphs", help="CUDA graph capture: none, scoped or full [default: the stack's]."))
     """CUDA graph capture: none, scoped (Transformer Engine graphs of attention and the MoE router/preprocess; the dynamic-shape MoE part stays eager) or full (whole layers / iteration: needs static shapes, i.e. capacity routing or the hybridep dispatcher); default: the stack's (none)."""
+    offload_modules: OffloadModules | None = Field(None, **_cli("--offload-modules", help="Fine-grained activation offload of MoE modules' saved inputs: none, expert_fc1, moe_act or expert_fc1+moe_act [default: none]."))
+    """Fine-grained activation offload (Megatron-Core `--fine-grained-activation-offloading --offload-modules`): the saved input of each named module of every MoE layer goes to host memory during the forward and comes back before its backward: `expert_fc1` the routed experts' FC1 input (the dispatched tokens), `moe_act` the experts' activation input (the FC1 output); default none."""
     fp8_param_gather: bool | None = Field(None, **_cli("--fp8-param-gather/--no-fp8-param-gather", help="Keep and all-gather low-precision weights in the recipe's format [default: the stack's]."))
     """Low-precision recipes keep each linear weight in the recipe's format only (no 16-bit copy) and all-gather it so (Megatron --fp8-param-gather / --fp4-param-gather, TorchTitan enable_fsdp_float8_all_gather); default: the stack's."""
     usable_fraction: float | None = Field(None, gt=0, le=1, **_cli("--usable-fraction", help="Share of GPU memory the allocated peak may fill, e.g. 0.9 [default: capacity less CUDA context and NCCL]."))

@@ -28,6 +28,11 @@ MoERouting = Literal["dropless", "balanced", "capacity"]
 """How tokens spread over experts (`cost.moe_layer.imbalance`)."""
 CudaGraphs = Literal["none", "scoped", "full"]
 """CUDA graph capture (`cost.moe_layer.host_overhead`)."""
+OffloadModule = Literal["expert_fc1", "moe_act"]
+"""Modules whose saved input fine-grained activation offload moves to the host
+(`cost.offload.module_offload_bytes`; Megatron-Core `--offload-modules`)."""
+OffloadModules = Literal["none", "expert_fc1", "moe_act", "expert_fc1+moe_act"]
+"""A job's offloaded modules, `+`-joined as recompute modules are in a slug."""
 
 CpCommName = Literal["ring", "a2a", "allgather", "a2a+ring"]
 """A context-parallel form (`specs.layout.CpComm`)."""
@@ -120,6 +125,9 @@ class StackSpec(Spec):
     """Default CUDA graph capture (`JobSpec.cuda_graphs`)."""
     cuda_graph_modes: list[CudaGraphs] = Field(default_factory=lambda: ["none"])
     """CUDA graph captures the stack implements."""
+    offload_modules: list[OffloadModule] = Field(default_factory=list)
+    """Modules whose saved input the stack can offload to the host one by one (fine-grained
+    activation offload, `JobSpec.offload_modules`); none by default."""
     moe_shared_expert_overlap: bool = False
     """Whether shared experts run concurrently with the token dispatch (Megatron
     `--moe-shared-expert-overlap`; off when the all-to-all overlap is on, which Megatron refuses

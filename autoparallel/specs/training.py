@@ -9,7 +9,7 @@ from pydantic import Field, PositiveInt
 from ..limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from ._base import Spec
 from .precision import PrecisionName
-from .stack import CudaGraphs, ModelCodeName, MoEDispatcher, MoERouting
+from .stack import CudaGraphs, ModelCodeName, MoEDispatcher, MoERouting, OffloadModules
 
 
 class TrainingSpec(Spec):
@@ -62,6 +62,8 @@ class TrainingSpec(Spec):
     """With capacity routing: an expert's token capacity in units of its balanced share."""
     cuda_graphs: CudaGraphs = "none"
     """CUDA graph capture: none, scoped (attention and MoE router/preprocess), full."""
+    offload_modules: OffloadModules = "none"
+    """MoE modules whose saved input is offloaded to the host (`cost.offload`)."""
 
     tp_comm_overlap: bool = False
     """Whether tensor-parallel collectives are overlapped with the GEMMs that produce and consume

@@ -263,7 +263,8 @@ def moe_settings(row, assumptions: list[str], is_moe: bool = False
                  ) -> tuple[dict, dict, list[str] | None]:
     """(job settings, layout fields, recompute modules) of an MoE run: what the settings side
     table mined from the source's launch configs says (`runs.SETTINGS_FILE`, columns
-    `setting_*`), else what the row's words say: forced balancing ("force-balance", "fake
+    `setting_*`: expert TP, dispatcher, overlap, CUDA graphs, routing, recompute modules, the
+    ZeRO stage where the recipe shards with Megatron-FSDP, offloaded modules), else what the row's words say: forced balancing ("force-balance", "fake
     balanced ... gate") is `balanced` routing, a "tokendrop" run `capacity` routing at factor 1
     (the token-drop benchmarks' setting [assumed]; only a model marked "(tokendrop)": the
     footnote "token-dropless unless marked tokendrop" is not a mark), "DeepEP" in the framework the deepep
@@ -281,7 +282,7 @@ def moe_settings(row, assumptions: list[str], is_moe: bool = False
         return job, lay, mods
     got = {f: str(row.get(f"setting_{f}") or "").strip() for f in
            ("etp", "moe_dispatcher", "moe_a2a_overlap", "cuda_graphs", "moe_routing",
-            "recompute_modules")}
+            "recompute_modules", "zero", "offload_modules")}
     if any(got.values()):
         assumptions.append("MoE settings from the launch config (moe_settings.csv)")
     if got["etp"]:
@@ -291,6 +292,10 @@ def moe_settings(row, assumptions: list[str], is_moe: bool = False
             job[field] = got[field]
     if got["moe_a2a_overlap"]:
         job["moe_a2a_overlap"] = got["moe_a2a_overlap"] == "true"
+    if got["zero"]:  # e.g. Megatron-FSDP (optim_grads_params) is ZeRO-3
+        lay["zero"] = int(got["zero"])
+    if got["offload_modules"]:
+        job["offload_modules"] = got["offload_modules"]
     if got["recompute_modules"]:
         from ..specs.layout import RecomputeModule
 

@@ -271,7 +271,7 @@ SETTINGS_FILE = "moe_settings.csv"
 states elsewhere than in its row (MoE expert TP, dispatcher, overlap, CUDA graphs, recompute
 modules mined from the source's launch configs: benchmarks/mine_bridge_recipes.py)."""
 SETTING_FIELDS = ("etp", "moe_dispatcher", "moe_a2a_overlap", "cuda_graphs", "moe_routing",
-                  "recompute_modules")
+                  "recompute_modules", "zero", "offload_modules")
 
 
 def read_settings(path) -> pd.DataFrame | None:
