@@ -126,6 +126,8 @@ def megatron_parser() -> _Parser:
     a("--cpu-offloading-num-layers", type=int, default=0)
     a("--optimizer-cpu-offload", action="store_true")
     a("--optimizer-offload-fraction", type=float, default=1.0)
+    a("--fine-grained-activation-offloading", action="store_true")
+    a("--offload-modules", nargs="*", default=[])
     a("--use-precision-aware-optimizer", action="store_true")
     a("--micro-batch-size", type=int, required=True)
     a("--global-batch-size", type=int, default=None)
@@ -286,6 +288,12 @@ def megatron_layout(words: list[str], world: int, env: dict) -> dict:
         _need(g.cpu_offloading_num_layers < layers, "cpu-offloading-num-layers >= num_layers")
         _need(pp == 1, "CPU offloading with pipeline parallelism")
         _need(g.recompute_granularity is None, "CPU offloading with activation recomputation")
+    if g.fine_grained_activation_offloading:  # TransformerConfig.__post_init__
+        _need(g.cpu_offloading_num_layers == 0, "fine-grained offload with cpu_offloading")
+        _need(len(g.offload_modules) > 0, "fine-grained offload without offload_modules")
+        _need(set(g.offload_modules) <= {"attn_norm", "qkv_linear", "core_attn", "attn_proj",
+                                         "mlp_norm", "expert_fc1", "moe_act"},
+              "unknown offload_modules")
     if g.optimizer_cpu_offload:  # arguments.py validate_args
         _need(g.use_precision_aware_optimizer,
               "--optimizer-cpu-offload needs --use-precision-aware-optimizer")

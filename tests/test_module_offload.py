@@ -16,8 +16,10 @@ from __future__ import annotations
 import pytest
 
 from autoparallel import Layout, estimate, make_problem
-from autoparallel.errors import SpecError
+from autoparallel.errors import ExportError, SpecError
+from autoparallel.exporters import render
 from conftest import run_cli
+from launcher_checks import megatron_script_layout
 from ledger_hand import GiB, Hand, Lay
 from test_ledger_terms import MOE, REL, spec
 
@@ -140,3 +142,23 @@ def test_nemotron3_ultra_recipes_fit_as_they_ran():
         # 48 MoE layers and the two MTP passes' MoE blocks (each an `E` layer on the only
         # stage; fine-grained offload supports MTP), less one layer in transfer
         assert freed == pytest.approx(p.stack.activation_factor * (48 + 2 - 1) * moved, rel=REL)
+
+
+def test_megatron_writes_the_flags_and_the_other_targets_refuse():
+    p = make_problem("qwen3-30b-a3b", "h100", 8, 4096, 64, offload_modules="expert_fc1+moe_act")
+    lay = Layout(tp=1, ep=8, zero=1)
+    text = render("megatron", p, lay)
+    assert "--fine-grained-activation-offloading --offload-modules expert_fc1 moe_act" in text
+    # Megatron-LM's parser (tests/launcher_checks.py mirror: store_true, nargs='*') reads them
+    args = megatron_script_layout(text)["args"]
+    assert args.fine_grained_activation_offloading and args.offload_modules == ["expert_fc1",
+                                                                                "moe_act"]
+    assert "--offload-modules" in render("slurm", p, lay)
+    assert "--offload-modules" not in render("megatron", make_problem(
+        "qwen3-30b-a3b", "h100", 8, 4096, 64), lay)
+    with pytest.raises(ExportError, match="cannot be enabled with cpu_offloading"):
+        render("megatron", p, Layout(tp=1, ep=8, zero=1, offload_layers=2))
+    tt = make_problem("qwen3-30b-a3b", "h100", 8, 4096, 64, stack="megatron-bridge",
+                      offload_modules="moe_act")
+    with pytest.raises(ExportError, match="megatron and slurm write --fine-grained"):
+        render("torchtitan", tt, lay)

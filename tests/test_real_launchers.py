@@ -70,6 +70,17 @@ def test_megatron_core_accepts_offload_and_named_recompute_exports():
         assert {k: got[k] for k in want} == want
 
 
+def test_megatron_core_accepts_the_offloaded_modules_export():
+    """TransformerConfig.__post_init__ takes the exported fine-grained offload flags (its allowed
+    modules, not with layer offload)."""
+    p = make_problem("qwen3-30b-a3b", "h100", 8, seq_len=4096, global_batch=64,
+                     offload_modules="expert_fc1+moe_act")
+    g = vars(megatron_script_layout(render("megatron", p, Layout(tp=1, ep=8, zero=1)))["args"])
+    got = parse("megatron_core", json.dumps(g))
+    assert got["offload_modules"] == ["expert_fc1", "moe_act"]
+    assert got["cpu_offloading_num_layers"] == 0
+
+
 def test_torchtitan_03_config_manager_loads_the_golden_module(tmp_path):
     module = tmp_path / "ap_golden.py"
     module.write_text((GOLDEN / "torchtitan.py").read_text())

@@ -130,6 +130,9 @@ class Exporter(ABC):
     `--recompute-modules`, `--recompute-method uniform --recompute-num-layers N`)."""
     activation_offload: ClassVar[bool] = False
     """Whether the launcher file can offload layers' activations (`Layout.offload_layers`)."""
+    module_offload: ClassVar[bool] = False
+    """Whether the launcher file can offload named modules' inputs (the job's
+    `offload_modules`; Megatron `--fine-grained-activation-offloading --offload-modules`)."""
     optimizer_offload: ClassVar[bool] = False
     """Whether the launcher file can offload optimizer state (`Layout.optimizer_offload`);
     `offload_reasons` adds the target's own conditions."""
@@ -164,6 +167,11 @@ class Exporter(ABC):
             out.append(f"activation offload of {lay.offload_layers} layers: {self.name} has no "
                        "layer activation offload here (megatron and slurm write "
                        "--cpu-offloading-num-layers)")
+        mods = job.problem.training.offload_modules
+        if mods != "none" and not self.module_offload:
+            out.append(f"fine-grained activation offload of {mods.replace('+', ', ')}: "
+                       f"{self.name} cannot offload modules' inputs (megatron and slurm write "
+                       "--fine-grained-activation-offloading --offload-modules)")
         if lay.optimizer_offload and not self.optimizer_offload:
             out.append(f"optimizer offload ({lay.optimizer_offload:g} of the state): "
                        f"{self.name} cannot offload the optimizer state alone here (megatron "

@@ -210,8 +210,8 @@ PRECISION_FLAGS: dict[str, list[str]] = {
 
 def training_args(job: Job) -> list[list]:
     """The job settings of `problem.training` the cost model assumed, as flags: precision,
-    gradient dtype (memory ledger: 2 or 4 bytes per gradient), low-precision parameters and TP
-    communication overlap.
+    gradient dtype (memory ledger: 2 or 4 bytes per gradient), low-precision parameters, TP
+    communication overlap and the offloaded modules.
     Every training setting maps to Megatron-LM here, in one place."""
     lay, tr = job.layout, job.problem.training
     words = ["--fp16" if tr.precision == "fp16" else "--bf16", GRAD_FLAG[tr.grad_dtype]]
@@ -224,6 +224,9 @@ def training_args(job: Job) -> list[list]:
         words += ["--megatron-fsdp-main-grads-dtype", tr.grad_dtype]
     if lay.sp and tr.tp_comm_overlap:
         words.append("--tp-comm-overlap")  # asserts SP (launchers.md §1.1)
+    if tr.offload_modules != "none":  # Megatron-LM arguments.py: store_true, nargs='*'
+        words += ["--fine-grained-activation-offloading", "--offload-modules",
+                  *tr.offload_modules.split("+")]
     return [words]
 
 
@@ -419,6 +422,12 @@ def megatron_limits(job: Job) -> list[str]:
             f"activation offload of {lay.offload_layers} layers with pp = {lay.pp}, recompute "
             f"{Recompute(lay.recompute).value}: Megatron-Core's layer offload runs only without "
             "pipeline parallelism and without recompute (TransformerConfig checks)")
+    if lay.offload_layers and job.problem.training.offload_modules != "none":
+        reasons.append(
+            f"activation offload of {lay.offload_layers} layers with offloaded modules "
+            f"{job.problem.training.offload_modules}: Megatron-Core runs one of the two "
+            "(TransformerConfig: 'fine_grained_activation_offloading cannot be enabled with "
+            "cpu_offloading'); drop --offload-layers or --offload-modules")
     if lay.offload_layers and lay.offload_layers >= job.problem.model.n_layers:
         reasons.append(
             f"activation offload of {lay.offload_layers} layers: Megatron-Core offloads fewer "
@@ -439,7 +448,7 @@ class MegatronExporter(Exporter):
     suffix = ".sh"
     uneven_splits = True
     partial_recompute = True
-    named_recompute = activation_offload = optimizer_offload = True
+    named_recompute = activation_offload = module_offload = optimizer_offload = True
     summary = "bash script: torchrun ... pretrain_gpt.py with Megatron-LM flags"
 
     def limits(self, job: Job) -> list[str]:

@@ -52,7 +52,7 @@ class SlurmExporter(Exporter):
     suffix = ".sh"
     uneven_splits = True
     partial_recompute = True
-    named_recompute = activation_offload = optimizer_offload = True
+    named_recompute = activation_offload = module_offload = optimizer_offload = True
     summary = "sbatch script: srun torchrun (c10d rendezvous) running the Megatron-LM command"
 
     def __init__(self, **options: str | None):

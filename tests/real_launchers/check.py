@@ -110,6 +110,8 @@ def megatron_core(args: dict) -> dict:
         recompute_modules=args.get("recompute_modules"),
         cpu_offloading=args.get("cpu_offloading_num_layers", 0) > 0,
         cpu_offloading_num_layers=args.get("cpu_offloading_num_layers", 0),
+        fine_grained_activation_offloading=args.get("fine_grained_activation_offloading", False),
+        offload_modules=args.get("offload_modules") or [],
         hidden_dropout=args["hidden_dropout"], attention_dropout=args["attention_dropout"])
     ddp = DistributedDataParallelConfig(
         grad_reduce_in_fp32=not args["grad_reduce_in_bf16"],
@@ -138,6 +140,8 @@ def megatron_core(args: dict) -> dict:
                 cpu_offloading_num_layers=tc.cpu_offloading_num_layers if tc.cpu_offloading else 0,
                 optimizer_cpu_offload=opt.optimizer_cpu_offload,
                 optimizer_offload_fraction=opt.optimizer_offload_fraction)
+    if tc.fine_grained_activation_offloading:
+        out["offload_modules"] = list(tc.offload_modules)
     return out
 
 
