@@ -111,6 +111,15 @@ def megatron_parser() -> _Parser:
     a("--expert-model-parallel-size", type=int, default=1)
     a("--expert-tensor-parallel-size", type=int, default=None)
     a("--moe-token-dispatcher-type", choices=["allgather", "alltoall", "flex"], default="allgather")
+    # MoE settings (Megatron-LM arguments.py; TransformerConfig fields of the same names)
+    a("--moe-flex-dispatcher-backend", choices=["deepep", "hybridep"], default="deepep")
+    a("--overlap-moe-expert-parallel-comm", action="store_true")
+    a("--delay-wgrad-compute", action="store_true")
+    a("--moe-router-force-load-balancing", action="store_true")
+    a("--moe-expert-capacity-factor", type=float, default=None)
+    a("--moe-pad-expert-input-to-capacity", action="store_true")
+    a("--cuda-graph-impl", choices=["none", "local", "transformer_engine"], default="none")
+    a("--cuda-graph-scope", nargs="*", default=None)
     a("--use-distributed-optimizer", action="store_true")
     a("--overlap-grad-reduce", action="store_true")
     a("--overlap-param-gather", action="store_true")
@@ -288,6 +297,23 @@ def megatron_layout(words: list[str], world: int, env: dict) -> dict:
         _need(g.cpu_offloading_num_layers < layers, "cpu-offloading-num-layers >= num_layers")
         _need(pp == 1, "CPU offloading with pipeline parallelism")
         _need(g.recompute_granularity is None, "CPU offloading with activation recomputation")
+    if g.moe_pad_expert_input_to_capacity:  # TransformerConfig.__post_init__
+        _need(g.moe_expert_capacity_factor is not None,
+              "moe_pad_expert_input_to_capacity needs moe_expert_capacity_factor")
+        _need(not (g.moe_token_dispatcher_type == "flex"
+                   and g.moe_flex_dispatcher_backend == "deepep"),
+              "flex/deepep does not support moe_pad_expert_input_to_capacity")
+    if g.delay_wgrad_compute:
+        _need(g.overlap_moe_expert_parallel_comm, "delay_wgrad_compute without the EP overlap")
+    if g.overlap_moe_expert_parallel_comm:
+        _need(g.moe_token_dispatcher_type in ("alltoall", "flex"),
+              "EP overlap needs the alltoall or flex dispatcher")
+    if g.cuda_graph_impl == "transformer_engine":
+        _need(set(g.cuda_graph_scope or []) <= {"attn", "mlp", "moe", "moe_router",
+                                                  "moe_preprocess", "mamba"},
+              "unknown Transformer Engine CUDA graph scope")
+    if g.cuda_graph_impl == "local":
+        _need((g.cuda_graph_scope or []) in ([], ["full_iteration"]), "unknown local graph scope")
     if g.fine_grained_activation_offloading:  # TransformerConfig.__post_init__
         _need(g.cpu_offloading_num_layers == 0, "fine-grained offload with cpu_offloading")
         _need(len(g.offload_modules) > 0, "fine-grained offload without offload_modules")

@@ -81,6 +81,24 @@ def test_megatron_core_accepts_the_offloaded_modules_export():
     assert got["cpu_offloading_num_layers"] == 0
 
 
+@pytest.mark.parametrize("job, want", [
+    (dict(moe_dispatcher="hybridep", moe_routing="balanced", cuda_graphs="scoped"),
+     dict(dispatcher="flex", backend="hybridep", balanced=True, capacity=None, pad=False,
+          overlap=False, graphs="transformer_engine")),
+    (dict(moe_dispatcher="alltoall", moe_a2a_overlap=True, moe_routing="capacity",
+          moe_capacity_factor=1.5),
+     dict(dispatcher="alltoall", balanced=False, capacity=1.5, pad=True, overlap=True,
+          graphs="none")),
+])
+def test_megatron_core_accepts_the_moe_settings_export(job, want):
+    """TransformerConfig.__post_init__ takes the exported dispatcher, routing, EP overlap and
+    CUDA graph flags of an MoE plan (Qwen3-30B-A3B, EP 8)."""
+    p = make_problem("qwen3-30b-a3b", "h100", 8, seq_len=4096, global_batch=64, **job)
+    g = vars(megatron_script_layout(render("megatron", p, Layout(tp=1, ep=8, zero=1)))["args"])
+    got = parse("megatron_moe", json.dumps(g))
+    assert {k: got[k] for k in want} == want
+
+
 def test_torchtitan_03_config_manager_loads_the_golden_module(tmp_path):
     module = tmp_path / "ap_golden.py"
     module.write_text((GOLDEN / "torchtitan.py").read_text())

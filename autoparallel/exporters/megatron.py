@@ -121,6 +121,46 @@ def split_args(job: Job) -> list:
     return ["--pipeline-model-parallel-layout", layout_string(sl, lay.vp)]
 
 
+DISPATCHER_FLAGS = {
+    "alltoall": ["--moe-token-dispatcher-type", "alltoall"],
+    "allgather": ["--moe-token-dispatcher-type", "allgather"],
+    "deepep": ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"],
+    "hybridep": ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend",
+                 "hybridep"],
+}
+"""`JobSpec.moe_dispatcher` -> Megatron-LM flags (`--moe-token-dispatcher-type
+alltoall|allgather|flex`, `--moe-flex-dispatcher-backend deepep|hybridep`; Megatron-Core MoE
+README "Enable DeepEP token dispatcher")."""
+CUDA_GRAPH_FLAGS = {
+    "scoped": ["--cuda-graph-impl", "transformer_engine", "--cuda-graph-scope", "attn",
+               "moe_router", "moe_preprocess"],
+    "full": ["--cuda-graph-impl", "local", "--cuda-graph-scope", "full_iteration"],
+}
+"""`JobSpec.cuda_graphs` -> Megatron-LM flags (TransformerConfig `cuda_graph_impl`,
+`cuda_graph_scope`: Transformer Engine graphs of attention and the MoE router / preprocess, or
+the local whole-iteration graph), as the stack presets source them."""
+
+
+def moe_args(job: Job) -> list[list]:
+    """The MoE job settings the cost model assumed, as Megatron-LM flags: the dispatcher (with
+    EP > 1 or when it is not the default alltoall), the all-to-all overlap (`--overlap-moe-expert-
+    parallel-comm --delay-wgrad-compute`), forced balancing (`--moe-router-force-load-balancing`)
+    or token dropping padded to capacity (`--moe-expert-capacity-factor F
+    --moe-pad-expert-input-to-capacity`)."""
+    lay, tr = job.layout, job.problem.training
+    lines = []
+    if lay.ep > 1 or tr.moe_dispatcher != "alltoall":
+        lines.append(list(DISPATCHER_FLAGS[tr.moe_dispatcher]))
+    if tr.moe_a2a_overlap:
+        lines.append(["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"])
+    if tr.moe_routing == "balanced":
+        lines.append(["--moe-router-force-load-balancing"])
+    elif tr.moe_routing == "capacity":
+        lines.append(["--moe-expert-capacity-factor", f"{tr.moe_capacity_factor:g}",
+                      "--moe-pad-expert-input-to-capacity"])
+    return lines
+
+
 def parallel_args(job: Job) -> list[list]:
     """Parallelism, sharding, overlap, recompute and batch flags, one list per script line."""
     lay, tr = job.layout, job.problem.training
@@ -128,11 +168,14 @@ def parallel_args(job: Job) -> list[list]:
     pp = ["--pipeline-model-parallel-size", lay.pp] + split_args(job)
     lines = [tp, pp, cp_args(job)]
     if job.problem.model.moe is not None:
-        ep = ["--expert-model-parallel-size", lay.ep,
-              "--expert-tensor-parallel-size", lay.expert_tp]
-        if lay.ep > 1:
-            ep += ["--moe-token-dispatcher-type", "alltoall"]
-        lines.append(ep)
+        lines.append(["--expert-model-parallel-size", lay.ep,
+                      "--expert-tensor-parallel-size", lay.expert_tp])
+        lines += moe_args(job)
+    if tr.cuda_graphs != "none":
+        graphs = CUDA_GRAPH_FLAGS[tr.cuda_graphs]
+        if job.problem.model.moe is None and tr.cuda_graphs == "scoped":
+            graphs = graphs[:4]  # a dense model has no MoE router or preprocess to capture
+        lines.append(list(graphs))
     # the time model overlaps data-parallel communication with compute at every ZeRO stage
     # (cost/time.py `_dp_by_zero`) and sizes the last, exposed bucket as Megatron DDP does
     if lay.zero == 1:
@@ -422,6 +465,12 @@ def megatron_limits(job: Job) -> list[str]:
             f"activation offload of {lay.offload_layers} layers with pp = {lay.pp}, recompute "
             f"{Recompute(lay.recompute).value}: Megatron-Core's layer offload runs only without "
             "pipeline parallelism and without recompute (TransformerConfig checks)")
+    tr = job.problem.training
+    if m.moe is not None and tr.moe_routing == "capacity" and tr.moe_dispatcher == "deepep":
+        reasons.append(
+            "capacity routing padded to capacity with the DeepEP dispatcher: Megatron-Core's flex "
+            "dispatcher with deepep does not support moe_pad_expert_input_to_capacity "
+            "(TransformerConfig check); use --moe-dispatcher alltoall or hybridep")
     if lay.offload_layers and job.problem.training.offload_modules != "none":
         reasons.append(
             f"activation offload of {lay.offload_layers} layers with offloaded modules "

@@ -228,6 +228,41 @@ def megatron_split(args: dict) -> dict:
     return dict(vp=vp, chunks=chunks, ranks=[sum(c) for c in chunks])
 
 
+def megatron_moe(args: dict) -> dict:
+    """Megatron-Core's TransformerConfig from the exported MoE flags (its __post_init__ checks
+    the dispatcher, capacity padding, the EP overlap and CUDA graph scopes); what it kept."""
+    import torch
+    from megatron.core.transformer import TransformerConfig
+
+    tc = TransformerConfig(
+        num_layers=args["num_layers"], hidden_size=args["hidden_size"],
+        ffn_hidden_size=args["ffn_hidden_size"], num_attention_heads=args["num_attention_heads"],
+        num_query_groups=args["num_query_groups"], normalization=args["normalization"],
+        add_bias_linear=args["add_bias_linear"], gated_linear_unit=args["swiglu"],
+        bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
+        tensor_model_parallel_size=args["tensor_model_parallel_size"],
+        pipeline_model_parallel_size=args["pipeline_model_parallel_size"],
+        expert_model_parallel_size=args["expert_model_parallel_size"],
+        sequence_parallel=args["sequence_parallel"],
+        num_moe_experts=args["num_experts"], moe_router_topk=args["moe_router_topk"],
+        moe_ffn_hidden_size=args["moe_ffn_hidden_size"],
+        moe_token_dispatcher_type=args["moe_token_dispatcher_type"],
+        moe_flex_dispatcher_backend=args["moe_flex_dispatcher_backend"],
+        moe_router_force_load_balancing=args["moe_router_force_load_balancing"],
+        moe_expert_capacity_factor=args["moe_expert_capacity_factor"],
+        moe_pad_expert_input_to_capacity=args["moe_pad_expert_input_to_capacity"],
+        overlap_moe_expert_parallel_comm=args["overlap_moe_expert_parallel_comm"],
+        delay_wgrad_compute=args["delay_wgrad_compute"],
+        cuda_graph_impl=args["cuda_graph_impl"],
+        cuda_graph_scope=args["cuda_graph_scope"] or "full",
+        hidden_dropout=args["hidden_dropout"], attention_dropout=args["attention_dropout"])
+    return dict(dispatcher=tc.moe_token_dispatcher_type, backend=tc.moe_flex_dispatcher_backend,
+                balanced=tc.moe_router_force_load_balancing,
+                capacity=tc.moe_expert_capacity_factor, pad=tc.moe_pad_expert_input_to_capacity,
+                overlap=tc.overlap_moe_expert_parallel_comm, graphs=tc.cuda_graph_impl,
+                scope=[str(getattr(x, "name", x)) for x in (tc.cuda_graph_scope or [])])
+
+
 def nanotron(path: str) -> dict:
     import yaml
     from nanotron.config.parallelism_config import ParallelismArgs
@@ -247,6 +282,7 @@ if __name__ == "__main__":
                "megatron_core_cp": lambda: megatron_core_cp(json.loads(arg)),
                "megatron_groups": lambda: [megatron_groups(a) for a in json.loads(arg)],
                "megatron_split": lambda: megatron_split(json.loads(arg)),
+               "megatron_moe": lambda: megatron_moe(json.loads(arg)),
                "nanotron": lambda: nanotron(arg)}
     try:
         out = loaders[kind]()
