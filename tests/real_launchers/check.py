@@ -89,14 +89,11 @@ def torchtitan_split(path: str) -> dict:
                 output=[i for i, part in enumerate(parts) if "lm_head" in part])
 
 
-def megatron_core(args: dict) -> dict:
-    """Build Megatron-Core's TransformerConfig and DDP config from the parsed flags (the
-    mapping of Megatron-LM's `core_transformer_config_from_args` / `get_megatron_ddp_config`)."""
+def _decoder(args: dict) -> dict:
+    """TransformerConfig's decoder shape, parallel degrees and dtypes from the parsed flags."""
     import torch
-    from megatron.core.distributed import DistributedDataParallelConfig
-    from megatron.core.transformer import TransformerConfig
 
-    tc = TransformerConfig(
+    return dict(
         num_layers=args["num_layers"], hidden_size=args["hidden_size"],
         ffn_hidden_size=args["ffn_hidden_size"], num_attention_heads=args["num_attention_heads"],
         num_query_groups=args["num_query_groups"], normalization=args["normalization"],
@@ -105,14 +102,24 @@ def megatron_core(args: dict) -> dict:
         pipeline_model_parallel_size=args["pipeline_model_parallel_size"],
         sequence_parallel=args["sequence_parallel"], bf16=True, params_dtype=torch.bfloat16,
         pipeline_dtype=torch.bfloat16,
+        hidden_dropout=args["hidden_dropout"], attention_dropout=args["attention_dropout"])
+
+
+def megatron_core(args: dict) -> dict:
+    """Build Megatron-Core's TransformerConfig and DDP config from the parsed flags (the
+    mapping of Megatron-LM's `core_transformer_config_from_args` / `get_megatron_ddp_config`)."""
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.transformer import TransformerConfig
+
+    tc = TransformerConfig(
+        **_decoder(args),
         recompute_granularity=args["recompute_granularity"],
         recompute_method=args["recompute_method"], recompute_num_layers=args["recompute_num_layers"],
         recompute_modules=args.get("recompute_modules"),
         cpu_offloading=args.get("cpu_offloading_num_layers", 0) > 0,
         cpu_offloading_num_layers=args.get("cpu_offloading_num_layers", 0),
         fine_grained_activation_offloading=args.get("fine_grained_activation_offloading", False),
-        offload_modules=args.get("offload_modules") or [],
-        hidden_dropout=args["hidden_dropout"], attention_dropout=args["attention_dropout"])
+        offload_modules=args.get("offload_modules") or [])
     ddp = DistributedDataParallelConfig(
         grad_reduce_in_fp32=not args["grad_reduce_in_bf16"],
         overlap_grad_reduce=args["overlap_grad_reduce"],
@@ -228,34 +235,22 @@ def megatron_split(args: dict) -> dict:
     return dict(vp=vp, chunks=chunks, ranks=[sum(c) for c in chunks])
 
 
+MOE_FLAGS = ("expert_model_parallel_size", "moe_router_topk", "moe_ffn_hidden_size",
+             "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
+             "moe_router_force_load_balancing", "moe_expert_capacity_factor",
+             "moe_pad_expert_input_to_capacity", "overlap_moe_expert_parallel_comm",
+             "delay_wgrad_compute", "cuda_graph_impl")
+"""Parsed Megatron-LM flags that TransformerConfig takes under the same name."""
+
+
 def megatron_moe(args: dict) -> dict:
     """Megatron-Core's TransformerConfig from the exported MoE flags (its __post_init__ checks
     the dispatcher, capacity padding, the EP overlap and CUDA graph scopes); what it kept."""
-    import torch
     from megatron.core.transformer import TransformerConfig
 
-    tc = TransformerConfig(
-        num_layers=args["num_layers"], hidden_size=args["hidden_size"],
-        ffn_hidden_size=args["ffn_hidden_size"], num_attention_heads=args["num_attention_heads"],
-        num_query_groups=args["num_query_groups"], normalization=args["normalization"],
-        add_bias_linear=args["add_bias_linear"], gated_linear_unit=args["swiglu"],
-        bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16,
-        tensor_model_parallel_size=args["tensor_model_parallel_size"],
-        pipeline_model_parallel_size=args["pipeline_model_parallel_size"],
-        expert_model_parallel_size=args["expert_model_parallel_size"],
-        sequence_parallel=args["sequence_parallel"],
-        num_moe_experts=args["num_experts"], moe_router_topk=args["moe_router_topk"],
-        moe_ffn_hidden_size=args["moe_ffn_hidden_size"],
-        moe_token_dispatcher_type=args["moe_token_dispatcher_type"],
-        moe_flex_dispatcher_backend=args["moe_flex_dispatcher_backend"],
-        moe_router_force_load_balancing=args["moe_router_force_load_balancing"],
-        moe_expert_capacity_factor=args["moe_expert_capacity_factor"],
-        moe_pad_expert_input_to_capacity=args["moe_pad_expert_input_to_capacity"],
-        overlap_moe_expert_parallel_comm=args["overlap_moe_expert_parallel_comm"],
-        delay_wgrad_compute=args["delay_wgrad_compute"],
-        cuda_graph_impl=args["cuda_graph_impl"],
-        cuda_graph_scope=args["cuda_graph_scope"] or "full",
-        hidden_dropout=args["hidden_dropout"], attention_dropout=args["attention_dropout"])
+    tc = TransformerConfig(**_decoder(args), num_moe_experts=args["num_experts"],
+                           cuda_graph_scope=args["cuda_graph_scope"] or "full",
+                           **{k: args[k] for k in MOE_FLAGS})
     return dict(dispatcher=tc.moe_token_dispatcher_type, backend=tc.moe_flex_dispatcher_backend,
                 balanced=tc.moe_router_force_load_balancing,
                 capacity=tc.moe_expert_capacity_factor, pad=tc.moe_pad_expert_input_to_capacity,
