@@ -71,3 +71,29 @@ def test_dense_models_write_no_moe_flags_but_their_graphs():
     assert "--moe-" not in text
     g = megatron_script_layout(text)["args"]
     assert (g.cuda_graph_impl, g.cuda_graph_scope) == ("transformer_engine", ["attn"])
+
+
+def test_torchtitan_writes_forced_balance_and_refuses_what_it_cannot_express():
+    def p(**job):
+        return make_problem("qwen3-30b-a3b", "h100", 8, 4096, 64, stack="torchtitan", **job)
+
+    lay = Layout(tp=1, ep=8, zero=3)
+    assert "config.debug.moe_force_load_balance = True" in render("torchtitan", p(
+        moe_routing="balanced"), lay)
+    assert "moe_force_load_balance" not in render("torchtitan", p(), lay)  # dropless
+    with pytest.raises(ExportError, match="the deepep dispatcher"):
+        render("torchtitan", p(moe_dispatcher="deepep"), lay)
+    with pytest.raises(ExportError, match="TorchTitan's MoE is dropless"):
+        render("torchtitan", p(moe_routing="capacity"), lay)
+    with pytest.raises(ExportError, match="all-to-all overlap"):
+        render("torchtitan", p(moe_a2a_overlap=True), lay)
+    # 0.3 captures CUDA graphs by default and refuses them with the standard dispatcher: the
+    # plan's "none" is written, its "scoped" refused (trainer.py validation)
+    assert "config.training.disable_cuda_graphs = True" in render("torchtitan", p(), lay)
+    graphs = make_problem("qwen3-30b-a3b", "h100", 8, 4096, 64, cuda_graphs="scoped")
+    with pytest.raises(ExportError, match="without CPU synchronization"):
+        render("torchtitan", graphs, lay)  # (the torchtitan stack itself runs no graphs)
+    from autoparallel.exporters.torchtitan import TorchTitanExporter
+
+    old = TorchTitanExporter("0.2.2")
+    assert any("forced-balanced routing" in r for r in old.check(p(moe_routing="balanced"), lay))

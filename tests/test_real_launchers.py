@@ -108,6 +108,17 @@ def test_torchtitan_03_config_manager_loads_the_golden_module(tmp_path):
                        global_batch=512, seq=8192, ac="SelectiveAC.Config")
 
 
+def test_torchtitan_03_loads_forced_balanced_routing(tmp_path):
+    """A plan that assumed forced-balanced routing (Qwen3-30B-A3B, EP 8) exports it, and
+    TorchTitan 0.3's ConfigManager reads it back (DebugConfig.moe_force_load_balance)."""
+    p = make_problem("qwen3-30b-a3b", "h100", 8, seq_len=4096, global_batch=64,
+                     stack="torchtitan", moe_routing="balanced")
+    module = tmp_path / "ap_balanced.py"
+    module.write_text(render("torchtitan", p, Layout(tp=1, ep=8, zero=3)))
+    got = parse("torchtitan", str(module))
+    assert got["moe_force_load_balance"] is True and got["model"] == ["qwen3", "30B-A3B"]
+
+
 @pytest.mark.parametrize("split, less", [
     ([21, 20, 20, 19], (0, 1)),  # E = 81 over 4 stages: 20 each, the remainder to the first
     ([19, 21, 21, 19], (2, 2)),  # E = 84 over 4 stages: 21 each, embedding and output weigh 2

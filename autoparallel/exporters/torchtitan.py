@@ -306,6 +306,39 @@ def expert_reasons(job: Job, line: str) -> list[str]:
     return out
 
 
+def moe_setting_reasons(job: Job, line: str) -> list[str]:
+    """The job's MoE settings this export cannot write: a DeepEP / HybridEP / allgather
+    dispatcher (0.3 picks the comm backend where the model registry builds the model,
+    `model_registry(flavor, moe_comm_backend=...)`, which the module does not rebuild; the TOML
+    lines name it differently across releases), capacity routing (TorchTitan's MoE is dropless),
+    the EP all-to-all overlap, and forced balancing on the TOML lines (0.3's
+    `debug.moe_force_load_balance` is written)."""
+    tr, out = job.problem.training, []
+    if job.problem.model.moe is None:
+        return out
+    if tr.moe_dispatcher != "alltoall":
+        out.append(f"the {tr.moe_dispatcher} dispatcher: this TorchTitan export keeps the model "
+                   "registry's standard all-to-all (0.3: model_registry(flavor, "
+                   "moe_comm_backend=...) sets it); use megatron (--moe-token-dispatcher-type) "
+                   "or --moe-dispatcher alltoall")
+    if tr.moe_routing == "capacity":
+        out.append("capacity routing (token dropping): TorchTitan's MoE is dropless; use "
+                   "megatron (--moe-expert-capacity-factor) or another --moe-routing")
+    if tr.moe_a2a_overlap:
+        out.append("the EP all-to-all overlap: TorchTitan has no such setting; use megatron "
+                   "(--overlap-moe-expert-parallel-comm) or --no-moe-a2a-overlap")
+    if tr.cuda_graphs != "none" and VERSIONS[line] == "python":
+        out.append(f"{tr.cuda_graphs} CUDA graphs of an MoE model: TorchTitan 0.3 captures them "
+                   "only with a dispatcher without CPU synchronization (HybridEP with a "
+                   "non-blocking capacity factor, MinimalAsyncEP), not the standard all-to-all "
+                   "this export keeps; use megatron (--cuda-graph-impl) or --cuda-graphs none")
+    if tr.moe_routing == "balanced" and VERSIONS[line] != "python":
+        out.append(f"forced-balanced routing: the {line} TOML's field for it moved between "
+                   "releases; use the 0.3 module (debug.moe_force_load_balance) or megatron "
+                   "(--moe-router-force-load-balancing)")
+    return out
+
+
 def torchtitan_limits(job: Job, line: str = CURRENT) -> list[str]:
     """What TorchTitan (release line `line`) cannot run among layouts that pass autoparallel's
     hard rules."""
@@ -317,6 +350,7 @@ def torchtitan_limits(job: Job, line: str = CURRENT) -> list[str]:
             f"{m.hidden_size}, {m.n_heads}/{m.kv_heads} heads, FFN {m.ffn_hidden_size}, vocab "
             f"{m.vocab_size}): TorchTitan builds models from its registry ({known})")
     seq = job.problem.training.seq_len
+    reasons += moe_setting_reasons(job, line)
     if lay.tp > 1 and not lay.sp:
         reasons.append(
             f"tp = {lay.tp} without sequence parallelism: TorchTitan's TOML releases always "
@@ -394,10 +428,20 @@ def python_text(job: Job) -> str:
     training = dict(sec["training"])
     if job.layout.pp > 1:  # 0.3.0 validation: "CUDA graphs do not support pipeline parallelism"
         training["disable_cuda_graphs"] = True
+    if job.problem.model.moe is not None and job.problem.training.cuda_graphs == "none":
+        # as planned (no graphs), and as 0.3.0 requires of the standard all-to-all dispatcher
+        # (trainer.py: "CUDA graphs support only expert parallel token dispatcher
+        # configurations without CPU synchronization")
+        training["disable_cuda_graphs"] = True
     body += [f"    config.training.{k} = {v!r}" for k, v in training.items()]
     body.append("    config.parallelism = ParallelismConfig(")
     body += [f"        {k}={v!r}," for k, v in par.items()]
-    body += ["    )", f"    config.activation_checkpoint = {ac}", "    return config"]
+    body += ["    )", f"    config.activation_checkpoint = {ac}"]
+    if job.problem.model.moe is not None and job.problem.training.moe_routing == "balanced":
+        # tokens forced round-robin over the experts, as the plan costed them (0.3.0 configs.py
+        # DebugConfig.moe_force_load_balance)
+        body.append("    config.debug.moe_force_load_balance = True")
+    body.append("    return config")
     return "\n".join(comments(job.header + notes(job, "0.3")) + body) + "\n"
 
 

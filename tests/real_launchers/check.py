@@ -54,7 +54,8 @@ def torchtitan(path: str) -> dict:
     module = os.path.basename(path).removesuffix(".py")
     c = ConfigManager().parse_args(["--module", module, "--config", "autoparallel_config"])
     p, t = c.parallelism, c.training
-    return dict(model=[c.model_spec.name, c.model_spec.flavor],
+    extra = {"moe_force_load_balance": True} if c.debug.moe_force_load_balance else {}
+    return extra | dict(model=[c.model_spec.name, c.model_spec.flavor],
                 dp_shard=p.data_parallel_shard_degree, dp_rep=p.data_parallel_replicate_degree,
                 tp=p.tensor_parallel_degree, pp=p.pipeline_parallel_degree,
                 cp=p.context_parallel_degree, layers_per_stage=p.pipeline_parallel_layers_per_stage,
