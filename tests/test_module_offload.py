@@ -125,6 +125,7 @@ def test_nemotron3_ultra_recipes_fit_as_they_ran():
         row = {k: (None if v == "" else v) for k, v in row.items()}
         case = case_from_row(row)
         assert case.layout.zero == 3 and case.job["offload_modules"] == "moe_act"
+        assert not any(a.startswith("ZeRO stage not stated") for a in case.assumptions)
         p = case.problem()
         ev = evaluate(p, case.table(), RULES)
         assert bool(ev.fits[0]), rid

@@ -197,6 +197,8 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
         row, assumptions, is_moe=model.moe is not None and model.layers is not None)
     job |= moe_job
     lay |= moe_lay
+    if "zero" in moe_lay:  # the launch config's ZeRO stage, not the unstated default
+        assumptions[:] = [a for a in assumptions if not a.startswith("ZeRO stage not stated")]
     if model.moe is not None and "etp" not in lay and lay["tp"] > 1 and \
             (lay["dp"] * lay["cp"]) % lay["ep"]:
         # EP beyond DP x CP runs only folded (ETP x EP x EDP = TP x CP x DP): with expert TP 1
