@@ -52,6 +52,24 @@ def test_plan_table():
     assert "rejected by rule" in r.stdout
 
 
+def test_plan_header_names_the_moe_settings_beyond_the_stacks():
+    """An MoE plan says which MoE settings it assumed beyond the stack's defaults, as the flags
+    that set them; the stack's defaults and dense models add nothing."""
+    moe = ["--model", "qwen3-30b-a3b", "--gpu", "h100", "--gpus", "16", "--seq-len", "4096",
+           "--global-batch", "256", "--top", "1"]
+    r = run_cli("plan", *moe, "--moe-dispatcher", "deepep", "--moe-routing", "capacity",
+                "--moe-capacity-factor", "1.5", "--offload-modules", "moe_act")
+    assert r.returncode == 0, r.stderr
+    text = " ".join(r.stdout.split())  # the header as one line, whatever the terminal width
+    assert ("megatron-core, bf16 (--moe-dispatcher deepep, --moe-routing capacity, "
+            "--offload-modules moe_act, --moe-capacity-factor 1.5):") in text
+    # megatron-bridge's own defaults (balanced routing) are not repeated; a flag that departs is
+    r = run_cli("plan", *moe, "--stack", "megatron-bridge", "--moe-a2a-overlap")
+    assert "megatron-bridge, bf16 (--moe-a2a-overlap):" in " ".join(r.stdout.split())
+    r = run_cli("plan", *moe, "--moe-dispatcher", "alltoall")
+    assert "megatron-core, bf16:" in " ".join(r.stdout.split())
+
+
 def test_plan_json_schema():
     r = run_cli("plan", *P70, "--top", "3", "--format", "json")
     assert r.returncode == 0, r.stderr

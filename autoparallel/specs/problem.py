@@ -37,6 +37,20 @@ class Problem(Spec):
         }
         return out | self.job_settings()
 
+    def moe_settings_changed(self) -> dict:
+        """The MoE job settings (and offloaded modules) that differ from the stack's defaults,
+        for an MoE model: {field: value}; empty for a dense model or the stack's defaults."""
+        if self.model.moe is None:
+            return {}
+        st, job = self.stack, self.job
+        default = {"moe_dispatcher": st.moe_dispatcher, "moe_a2a_overlap": st.moe_a2a_overlap,
+                   "moe_routing": st.moe_routing, "cuda_graphs": st.cuda_graphs,
+                   "offload_modules": "none"}
+        out = {k: getattr(job, k) for k, v in default.items() if getattr(job, k) != v}
+        if job.moe_routing == "capacity":
+            out["moe_capacity_factor"] = job.moe_capacity_factor
+        return out
+
     def job_settings(self) -> dict:
         """Every job setting (JobSpec fields) as used, in declaration order."""
         return {k: getattr(self.job, k) for k in JOB_FIELDS}
