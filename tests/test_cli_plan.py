@@ -68,6 +68,12 @@ def test_plan_header_names_the_moe_settings_beyond_the_stacks():
     assert "megatron-bridge, bf16 (--moe-a2a-overlap):" in " ".join(r.stdout.split())
     r = run_cli("plan", *moe, "--moe-dispatcher", "alltoall")
     assert "megatron-core, bf16:" in " ".join(r.stdout.split())
+    # estimate's header says the same of its layout
+    r = run_cli("estimate", *moe[:-2], "--tp", "1", "--ep", "8", "--moe-a2a-overlap",
+                "--moe-routing", "balanced")
+    assert r.returncode == 0, r.stderr
+    assert ("megatron-core, bf16 (--moe-a2a-overlap, --moe-routing balanced) layout"
+            in " ".join(r.stdout.split()))
 
 
 def test_plan_json_schema():

@@ -20,30 +20,17 @@ EXPORT_TARGET = {stack: target for target, stack in reversed(TARGET_STACKS.items
 """The export target that launches each stack (megatron for megatron-core)."""
 
 
-def _flag_text(field: str, value) -> str:
-    """A job setting as its CLI flag: `--moe-dispatcher deepep`, `--moe-a2a-overlap` /
-    `--no-moe-a2a-overlap`, `--moe-capacity-factor 1.5`."""
-    from ..specs.job import job_flag
-
-    flag = job_flag(field)
-    if isinstance(value, bool):
-        return flag if value else "--no-" + flag.removeprefix("--")
-    return f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}"
-
-
 def problem_line(result, note: str | None = None) -> str:
     """'llama3-70b (70.6B params) on 64 x h100 (8 per node), seq 8192, global batch 512;
     megatron-core, bf16: 33,768 layouts, ...': what was planned, on which stack and precision,
     with the MoE settings that differ from the stack's (`Problem.moe_settings_changed`)."""
     from ..cost.model_arch import build_arch
-    from .render import params_label
+    from .render import params_label, settings_text
 
     d = result.problem.describe()
     params = params_label(build_arch(result.problem.model).param_counts())
     stack = f"{d['stack']}{f' ({note})' if note else ''}, {d['precision']}"
-    changed = result.problem.moe_settings_changed()  # what the plan assumed beyond the stack's
-    if changed:
-        stack += " (" + ", ".join(_flag_text(k, v) for k, v in changed.items()) + ")"
+    stack += settings_text(result.problem.moe_settings_changed())  # beyond the stack's
     net = f", network {d['network']}" if d.get("network") else ""
     return (f"[b]{d['model']}[/b] ({params}) on {d['n_gpus']} x {d['gpu']} ({d['gpus_per_node']} "
             f"per node{net}), seq {d['seq_len']}, global batch {d['global_batch']}; {stack}: "

@@ -159,6 +159,30 @@ def make_console(stderr: bool = False) -> Console:
     return console
 
 
+def settings_text(changed: dict) -> str:
+    """` (--moe-dispatcher deepep, --no-moe-a2a-overlap, --moe-capacity-factor 1.5)`: job
+    settings as the flags that set them, or '' (`specs.problem.moe_settings_changed`)."""
+    from ..specs.job import job_flag
+
+    def one(field, value):
+        flag = job_flag(field)
+        if isinstance(value, bool):
+            return flag if value else "--no-" + flag.removeprefix("--")
+        return f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}"
+
+    return " (" + ", ".join(one(k, v) for k, v in changed.items()) + ")" if changed else ""
+
+
+def estimate_settings(rec: dict) -> str:
+    """`settings_text` of an estimate record: its MoE settings beyond its stack's defaults."""
+    from ..presets import load_stack
+    from ..specs.problem import moe_settings_changed
+
+    params = rec["model_params"]
+    moe = params["active"] < params["total"]  # a dense model: active = total
+    return settings_text(moe_settings_changed(rec["job"], load_stack(rec["job"]["stack"]), moe))
+
+
 def print_estimate(rec: dict, console: Console | None = None) -> None:
     """Header line, the figures with their error bands, then both breakdowns."""
     from ..search.explain import usable_basis_of
@@ -170,7 +194,8 @@ def print_estimate(rec: dict, console: Console | None = None) -> None:
             if rec["memory_risk"] else "")
     console.print(
         f"[b]{rec['model']}[/b] ({params_label(rec['model_params'])}) on {rec['n_gpus']} x "
-        f"{rec['gpu']}; {rec['job']['stack']}, {rec['job']['precision']}  layout "
+        f"{rec['gpu']}; {rec['job']['stack']}, {rec['job']['precision']}"
+        f"{estimate_settings(rec)}  layout "
         f"[b]{layout_slug(rec)}[/b]  grad_accum {rec['layout']['grad_accum']}"
     )
     console.print(

@@ -39,18 +39,24 @@ class Problem(Spec):
 
     def moe_settings_changed(self) -> dict:
         """The MoE job settings (and offloaded modules) that differ from the stack's defaults,
-        for an MoE model: {field: value}; empty for a dense model or the stack's defaults."""
-        if self.model.moe is None:
-            return {}
-        st, job = self.stack, self.job
-        default = {"moe_dispatcher": st.moe_dispatcher, "moe_a2a_overlap": st.moe_a2a_overlap,
-                   "moe_routing": st.moe_routing, "cuda_graphs": st.cuda_graphs,
-                   "offload_modules": "none"}
-        out = {k: getattr(job, k) for k, v in default.items() if getattr(job, k) != v}
-        if job.moe_routing == "capacity":
-            out["moe_capacity_factor"] = job.moe_capacity_factor
-        return out
+        for an MoE model: {field: value} (`moe_settings_changed`)."""
+        return moe_settings_changed(self.job.model_dump(), self.stack, self.model.moe is not None)
 
     def job_settings(self) -> dict:
         """Every job setting (JobSpec fields) as used, in declaration order."""
         return {k: getattr(self.job, k) for k in JOB_FIELDS}
+
+
+def moe_settings_changed(job: dict, stack: StackSpec, moe: bool) -> dict:
+    """Of a job's settings (`JobSpec` fields as used), the MoE ones and the offloaded modules
+    that differ from `stack`'s defaults, with the capacity factor under capacity routing; empty
+    for a dense model (`moe` False). What `plan` and `estimate` print beside the stack."""
+    if not moe:
+        return {}
+    default = {"moe_dispatcher": stack.moe_dispatcher, "moe_a2a_overlap": stack.moe_a2a_overlap,
+               "moe_routing": stack.moe_routing, "cuda_graphs": stack.cuda_graphs,
+               "offload_modules": "none"}
+    out = {k: job[k] for k, v in default.items() if job[k] != v}
+    if job["moe_routing"] == "capacity":
+        out["moe_capacity_factor"] = job["moe_capacity_factor"]
+    return out
