@@ -148,13 +148,17 @@ def _moe_sp(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
 def _a2a_overlap(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
     """With the EP all-to-all overlap on (`moe_a2a_overlap`), the layouts Megatron-Core's
     TransformerConfig accepts it for: EP > 1, no full recompute, no `moe` among the recomputed
-    modules, and with a pipeline virtual stages (transformer_config.py asserts)."""
+    modules, with a pipeline virtual stages, and at most one MTP layer, which needs a pipeline
+    (transformer_config.py asserts: "MTP layernum only supports 1 when enabling
+    overlap_moe_expert_parallel_comm", "Pipeline model parallel size must be larger than 1 ...
+    with MTP layer")."""
     if not (a.n_experts and p.training.moe_a2a_overlap):
         return np.zeros(len(t), dtype=bool)
     from .specs.layout import MODULE_BITS, RecomputeModule
 
     moe_rc = (t["rc"] == 1) & ((t["rm"] & MODULE_BITS[RecomputeModule.MOE]) != 0)
-    return (t["ep"] == 1) | (t["rc"] == 2) | moe_rc | ((t["pp"] > 1) & (t["vp"] == 1))
+    mtp = (a.n_mtp > 1) | ((a.n_mtp == 1) & (t["pp"] == 1))
+    return (t["ep"] == 1) | (t["rc"] == 2) | moe_rc | ((t["pp"] > 1) & (t["vp"] == 1)) | mtp
 
 
 RULES: tuple[Rule, ...] = (
@@ -195,7 +199,8 @@ RULES: tuple[Rule, ...] = (
          "refuses TP without SP; TorchTitan always shards the sequence with TP)", _moe_sp),
     Rule("a2a_overlap", Reject.A2A_OVERLAP,
          "the EP all-to-all overlap (--moe-a2a-overlap) needs ep > 1, no full recompute and no "
-         "recomputed moe module, and virtual stages with a pipeline (Megatron-Core checks)",
+         "recomputed moe module, virtual stages with a pipeline, and at most one MTP layer, with "
+         "a pipeline (Megatron-Core checks)",
          _a2a_overlap),
 )
 

@@ -235,5 +235,17 @@ def test_a2a_overlap_rule_follows_megatron_checks():
                "dp32-tp2-pp8-vp2-cp1-ep32-z1-rselective-sp-mb1")            # fine
     flags = check_rules(p, arch, t) & int(Reject.A2A_OVERLAP)
     assert (flags != 0).tolist() == [True, True, True, False]
+    # DeepSeek-V3's one MTP layer needs a pipeline with the overlap; two MTP layers
+    # (Nemotron-3 Ultra's) are refused outright (transformer_config.py asserts)
+    assert arch.n_mtp == 1
+    no_pp = _table("dp1024-tp1-pp1-vp1-cp1-ep64-z1-rnone-mb1")
+    assert check_rules(p, arch, no_pp)[0] & int(Reject.A2A_OVERLAP)
+    ultra = make_problem("nemotron-3-ultra", "gb300", 256, 8192, 256, stack="megatron-bridge",
+                         moe_a2a_overlap=True)
+    u_arch = build_arch(ultra.model)
+    assert u_arch.n_mtp == 2
+    u = LayoutTable.from_layouts([Layout.from_slug("dp32-tp1-pp8-vp1-cp1-ep64-z1-rnone-mb1")],
+                                 256, ultra.model.n_layers)
+    assert check_rules(ultra, u_arch, u)[0] & int(Reject.A2A_OVERLAP)
     with pytest.raises(SpecError, match="allgather"):
         _ds(moe_a2a_overlap=True, moe_dispatcher="allgather")
