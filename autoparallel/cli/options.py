@@ -154,7 +154,7 @@ class _ProblemBase(_JobBase):
     def argv(self) -> list[str]:
         """The flags that were given, as a command line would repeat them (for the commands a
         command prints, e.g. plan's export line)."""
-        from ..specs.job import job_flag
+        from ..specs.job import job_words
 
         out: list[str] = []
         for flag, value in self._defining():
@@ -163,11 +163,7 @@ class _ProblemBase(_JobBase):
         if self.gpus_per_node != 8:
             out += ["--gpus-per-node", str(self.gpus_per_node)]
         for name, value in self.job().items():
-            flag = job_flag(name)
-            if isinstance(value, bool):
-                out.append(flag if value else "--no-" + flag[2:])
-            else:
-                out += [flag, str(value)]
+            out += job_words(name, value)
         return out
 
     def check(self) -> None:

@@ -161,16 +161,12 @@ def make_console(stderr: bool = False) -> Console:
 
 def settings_text(changed: dict) -> str:
     """` (--moe-dispatcher deepep, --no-moe-a2a-overlap, --moe-capacity-factor 1.5)`: job
-    settings as the flags that set them, or '' (`specs.problem.moe_settings_changed`)."""
-    from ..specs.job import job_flag
+    settings as the flags that set them (`specs.job.job_words`), or '' for none
+    (`specs.problem.moe_settings_changed`)."""
+    from ..specs.job import job_words
 
-    def one(field, value):
-        flag = job_flag(field)
-        if isinstance(value, bool):
-            return flag if value else "--no-" + flag.removeprefix("--")
-        return f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}"
-
-    return " (" + ", ".join(one(k, v) for k, v in changed.items()) + ")" if changed else ""
+    words = [" ".join(job_words(k, v)) for k, v in changed.items()]
+    return " (" + ", ".join(words) + ")" if words else ""
 
 
 def estimate_settings(rec: dict) -> str:

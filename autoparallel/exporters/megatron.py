@@ -471,10 +471,10 @@ def megatron_limits(job: Job) -> list[str]:
             "capacity routing padded to capacity with the DeepEP dispatcher: Megatron-Core's flex "
             "dispatcher with deepep does not support moe_pad_expert_input_to_capacity "
             "(TransformerConfig check); use --moe-dispatcher alltoall or hybridep")
-    if lay.offload_layers and job.problem.training.offload_modules != "none":
+    if lay.offload_layers and tr.offload_modules != "none":
         reasons.append(
             f"activation offload of {lay.offload_layers} layers with offloaded modules "
-            f"{job.problem.training.offload_modules}: Megatron-Core runs one of the two "
+            f"{tr.offload_modules}: Megatron-Core runs one of the two "
             "(TransformerConfig: 'fine_grained_activation_offloading cannot be enabled with "
             "cpu_offloading'); drop --offload-layers or --offload-modules")
     if lay.offload_layers and lay.offload_layers >= job.problem.model.n_layers:

@@ -102,3 +102,12 @@ def job_flag(name: str) -> str:
     """The CLI flag of a job field (the `--x` part of `--x/--no-x`)."""
     extra = JobSpec.model_fields[name].json_schema_extra or {}
     return str(extra["cli"]).split("/")[0]
+
+
+def job_words(name: str, value) -> list[str]:
+    """A job setting as the command-line words that set it: `["--moe-dispatcher", "deepep"]`,
+    `["--moe-a2a-overlap"]` / `["--no-moe-a2a-overlap"]` for a switch."""
+    flag = job_flag(name)
+    if isinstance(value, bool):
+        return [flag if value else "--no-" + flag[2:]]
+    return [flag, str(value)]

@@ -259,16 +259,23 @@ def _recompute(row, assumptions: list[str]) -> str | None:
     return None
 
 
+SETTING_FIELDS = ("etp", "moe_dispatcher", "moe_a2a_overlap", "cuda_graphs", "moe_routing",
+                  "recompute_modules", "zero", "offload_modules")
+"""Fields of the settings side table (`runs.SETTINGS_FILE`): expert TP, dispatcher, overlap, CUDA
+graphs, routing and recompute modules mined from the source's launch configs
+(benchmarks/mine_bridge_recipes.py), and the ZeRO stage (Megatron-FSDP is ZeRO-3) and offloaded
+modules of recipes read by hand."""
+
+
 def moe_settings(row, assumptions: list[str], is_moe: bool = False
                  ) -> tuple[dict, dict, list[str] | None]:
     """(job settings, layout fields, recompute modules) of an MoE run: what the settings side
     table mined from the source's launch configs says (`runs.SETTINGS_FILE`, columns
-    `setting_*`: expert TP, dispatcher, overlap, CUDA graphs, routing, recompute modules, the
-    ZeRO stage where the recipe shards with Megatron-FSDP, offloaded modules), else what the row's words say: forced balancing ("force-balance", "fake
-    balanced ... gate") is `balanced` routing, a "tokendrop" run `capacity` routing at factor 1
-    (the token-drop benchmarks' setting [assumed]; only a model marked "(tokendrop)": the
-    footnote "token-dropless unless marked tokendrop" is not a mark), "DeepEP" in the framework the deepep
-    dispatcher. A row whose `arch_type` is blank counts as MoE when its model has MoE layers
+    `setting_*` of `SETTING_FIELDS`), else what the row's words say: forced balancing
+    ("force-balance", "fake balanced ... gate") is `balanced` routing, a "tokendrop" run
+    `capacity` routing at factor 1 (the token-drop benchmarks' setting [assumed]; only a model
+    marked "(tokendrop)": the footnote "token-dropless unless marked tokendrop" is not a mark),
+    "DeepEP" in the framework the deepep dispatcher. A row whose `arch_type` is blank counts as MoE when its model has MoE layers
     (`is_moe`, which the caller sets for the hybrid presets' rows). Every value used is
     counted as an assumption."""
     job: dict = {}
@@ -280,9 +287,7 @@ def moe_settings(row, assumptions: list[str], is_moe: bool = False
         arch_type = ""
     if not (arch_type.startswith("moe") or (not arch_type and is_moe)):
         return job, lay, mods
-    got = {f: str(row.get(f"setting_{f}") or "").strip() for f in
-           ("etp", "moe_dispatcher", "moe_a2a_overlap", "cuda_graphs", "moe_routing",
-            "recompute_modules", "zero", "offload_modules")}
+    got = {f: str(row.get(f"setting_{f}") or "").strip() for f in SETTING_FIELDS}
     if any(got.values()):
         assumptions.append("MoE settings from the launch config (moe_settings.csv)")
     if got["etp"]:

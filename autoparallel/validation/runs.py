@@ -43,7 +43,7 @@ from ..units import GB, GiB
 from .conventions import measured_step_s
 from .memory_definitions import definition
 from .derive import (_job_overrides, _layout, _precision, _recompute, _stack, _zero, gpu_preset,
-                     moe_settings, network_gbps)
+                     SETTING_FIELDS, moe_settings, network_gbps)
 from .modelspec import RowSkip, _int, _num, model_from_row
 from .recipes import match as recipe_match
 
@@ -270,10 +270,7 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
 
 SETTINGS_FILE = "moe_settings.csv"
 """Side table next to a runs CSV: `row_id, field, value, source` rows with the settings a run
-states elsewhere than in its row (MoE expert TP, dispatcher, overlap, CUDA graphs, recompute
-modules mined from the source's launch configs: benchmarks/mine_bridge_recipes.py)."""
-SETTING_FIELDS = ("etp", "moe_dispatcher", "moe_a2a_overlap", "cuda_graphs", "moe_routing",
-                  "recompute_modules", "zero", "offload_modules")
+states elsewhere than in its row (`derive.SETTING_FIELDS`)."""
 
 
 def read_settings(path) -> pd.DataFrame | None:
