@@ -13,24 +13,56 @@ reason and the targets that can) instead of writing a file that would launch som
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
+
 from ..errors import ExportError
 from ..specs.layout import Layout
 from ..specs.problem import Problem
 from ._base import Exporter, Job
-from .deepspeed import DeepSpeedExporter
-from .megatron import MegatronExporter
-from .nanotron import NanotronExporter
-from .slurm import SlurmExporter
-from .torchtitan import TorchTitanExporter
 
-EXPORTERS: dict[str, Exporter] = {
-    e.name: e for e in (MegatronExporter(), TorchTitanExporter(), DeepSpeedExporter(),
-                        NanotronExporter(), SlurmExporter())
-}
+CLASSES = {"megatron": ("megatron", "MegatronExporter"),
+           "torchtitan": ("torchtitan", "TorchTitanExporter"),
+           "deepspeed": ("deepspeed", "DeepSpeedExporter"),
+           "nanotron": ("nanotron", "NanotronExporter"),
+           "slurm": ("slurm", "SlurmExporter")}
+"""Target name -> (module of this package, exporter class): a target's module is imported when
+the target is first asked for (a `plan` checks one launcher, not five)."""
+
+
+def exporter_class(target: str) -> type[Exporter]:
+    """The exporter class of `target` (a key of `CLASSES`), importing its module."""
+    module, name = CLASSES[target]
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+class _Registry(Mapping):
+    """Target name -> the target's exporter (default form), built on first use."""
+
+    def __init__(self) -> None:
+        self._made: dict[str, Exporter] = {}
+
+    def __getitem__(self, target: str) -> Exporter:
+        made = self._made.get(target)
+        if made is None:
+            made = self._made[target] = exporter_class(target)()
+        return made
+
+    def __contains__(self, target: object) -> bool:  # without building it
+        return target in CLASSES
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(CLASSES)
+
+    def __len__(self) -> int:
+        return len(CLASSES)
+
+
+EXPORTERS: Mapping[str, Exporter] = _Registry()
 """Registry: target name -> exporter."""
 
 
-VERSIONED = {"torchtitan": TorchTitanExporter}
+VERSIONED = ("torchtitan",)
 """Targets whose file form depends on the launcher release (`version`)."""
 
 
@@ -46,13 +78,13 @@ def get_exporter(target: str, version: str | None = None, **options: str | None)
         if target != "slurm":
             raise ExportError(f"{', '.join('--' + k for k in given)} apply to --target slurm "
                               f"only (the #SBATCH lines); {target} writes no batch header")
-        return SlurmExporter(**given)
+        return exporter_class("slurm")(**given)
     if version is None:
         return EXPORTERS[target]
     if target not in VERSIONED:
         raise ExportError(f"--target-version applies to {', '.join(VERSIONED)} only; "
                           f"{target} has one form")
-    return VERSIONED[target](version)
+    return exporter_class(target)(version)
 
 
 def targets_for(problem: Problem, layout: Layout) -> list[str]:
