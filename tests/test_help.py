@@ -92,7 +92,8 @@ def _loaded(argv: list[str]) -> tuple[str, list[str]]:
     code = ("import sys; from autoparallel.cli import main; rc = main(sys.argv[1:]); "
             f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})) + "
             "sorted(m for m in sys.modules if m.startswith('autoparallel.cli.') and "
-            "m.endswith('_cmd')), file=sys.stderr); sys.exit(rc)")
+            "m.endswith('_cmd') or m.startswith('autoparallel.exporters.')), file=sys.stderr); "
+            "sys.exit(rc)")
     res = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
                          env={"COLUMNS": "80", "PATH": ""}, timeout=300)
     assert res.returncode in (0, 1), res.stderr
@@ -108,13 +109,15 @@ def test_top_level_help_lists_every_command_without_importing_them():
 
 @pytest.mark.parametrize("argv,allowed", [
     (["plan", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq-len", "4096",
-      "--global-batch", "64"], {"numpy", "pydantic", "autoparallel.cli.plan_cmd"}),
+      "--global-batch", "64"], {"numpy", "pydantic", "autoparallel.cli.plan_cmd",
+                                "autoparallel.exporters._base", "autoparallel.exporters.megatron"}),
     (["estimate", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq-len", "4096",
       "--global-batch", "64", "--tp", "2"], {"numpy", "pydantic", "autoparallel.cli.estimate_cmd"}),
 ])
 def test_a_command_imports_only_what_it_uses(argv, allowed):
     """A plan in memory needs no pandas, Optuna (no study was asked for), SQLAlchemy,
-    matplotlib, scipy or yaml, and no other command's module."""
+    matplotlib, scipy or yaml, no other command's module, and of the exporters only the one
+    its export hint checks (megatron, for the default stack)."""
     _, loaded = _loaded(argv)
     assert set(loaded) <= allowed, loaded
 
