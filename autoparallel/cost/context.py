@@ -62,8 +62,8 @@ RING_BWD_BUFFERS = 4.0
 
 def a2a_size(t: LayoutTable) -> np.ndarray:
     """Ranks of each row's all-to-all group: c (a2a), `cu` (a2a+ring), 1 (ring, allgather)."""
-    cp = t["cp"].astype(np.float64)
-    return np.select([t["cc"] == A2A, t["cc"] == A2A_RING], [cp, t["cu"].astype(np.float64)], 1.0)
+    cc = t["cc"]
+    return np.where(cc == A2A, t["cp"], np.where(cc == A2A_RING, t["cu"], 1)).astype(np.float64)
 
 
 def ring_size(t: LayoutTable) -> np.ndarray:

@@ -54,11 +54,26 @@ def _given(value, default):
     return default if value is None else value
 
 
+_LAST_TIERS: list = [(None, ())]
+"""(problem, its tiers) of the last call: a ledger asks for the same problem's tiers once per
+collective it prices (hundreds of times per block of rows); specs are frozen, so the same object
+has the same tiers."""
+
+
 def tiers(problem: Problem) -> tuple[Tier, ...]:
     """The tiers of `problem`'s cluster, inside out: the scale-up domain, then the network's
     layers (`ClusterSpec.network`; None: `TWO_LEVELS`). What a tier leaves out is the GPU's and
     the profile's; `--intra-gbps` / `--inter-gbps` and the latency overrides replace the
     scale-up tier's and every network tier's value."""
+    seen, out = _LAST_TIERS[0]  # one read: (problem, tiers) stay a pair across threads
+    if seen is problem:
+        return out
+    out = _tiers(problem)
+    _LAST_TIERS[0] = (problem, out)
+    return out
+
+
+def _tiers(problem: Problem) -> tuple[Tier, ...]:
     c, prof, gpu = problem.cluster, problem.profile, problem.cluster.gpu
     first, *rest = c.network.tiers if c.network is not None else TWO_LEVELS
     mesh = gpu.scaleup_fabric == "mesh"
