@@ -273,3 +273,34 @@ def test_a_closed_pipe_on_standard_output_is_exit_2(tmp):
     err = proc.stderr.read().decode()
     assert proc.wait() == 2, err
     assert "standard output: cannot write (EPIPE" in err and "Traceback" not in err
+
+
+# --- the command's exit ----------------------------------------------------------------------
+
+def _as_console_script(argv, marker, env_drop=("PYTHONUNBUFFERED",)):
+    """Run `autoparallel argv` the way the console script does (`cli.run`), with an exit handler
+    registered first that writes `marker`, and stdout a pipe that Python block-buffers (no
+    PYTHONUNBUFFERED): what `run` leaves unflushed or unrun at its exit is lost."""
+    code = (f"import atexit, sys; atexit.register(lambda: open({str(marker)!r}, 'w').write('ran'))"
+            "; sys.argv = ['autoparallel', *sys.argv[1:]]; from autoparallel.cli import run; run()")
+    env = {k: v for k, v in os.environ.items() if k not in env_drop}
+    return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+PLAN_8B = ["plan", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq-len", "4096",
+           "--global-batch", "64"]
+
+
+def test_the_command_leaves_with_its_output_whole_and_its_exit_handlers_run(tmp_path):
+    """`cli.run` skips the interpreter's teardown: the buffered output and the exit handlers
+    (atexit, weakref finalizers) must still reach their end, with the command's exit code."""
+    marker = tmp_path / "ran.txt"
+    res = _as_console_script([*PLAN_8B, "--format", "json"], marker)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["ranked"], res.stdout[-500:]  # the whole document
+    assert marker.read_text() == "ran"
+    marker.unlink()
+    bad = _as_console_script([*PLAN_8B[:2], "no-such-model", *PLAN_8B[3:]], marker)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: `model` = 'no-such-model'")
+    assert marker.read_text() == "ran"

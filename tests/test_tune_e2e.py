@@ -222,3 +222,27 @@ def test_tune_exits_1_and_says_why_when_no_trial_succeeded(tmp_path):
     assert r.returncode == 1, r.stderr[-2000:]
     assert "no trial succeeded" in r.stderr and "2 crash" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_failed_tune_still_writes_its_whole_report(tmp_path):
+    """Exit 1 after the report: the JSON on a block-buffered stdout (no PYTHONUNBUFFERED) is
+    whole, although the process leaves without the interpreter's teardown (`cli.run`)."""
+    import os
+    import subprocess
+    import sys
+
+    world = tmp_path / "world.json"
+    truth = make_world(world, 5)
+    data = json.loads(world.read_text())
+    data["crash"] = truth["pool"]
+    world.write_text(json.dumps(data))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    r = subprocess.run(
+        [sys.executable, "-m", "autoparallel", "tune", *CLI_PROBLEM, "--measure",
+         measure_template(world), "--candidates", "5", "--trials", "2", "--sampler", "none",
+         "--format", "json", "--workdir", str(tmp_path / "wd")],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 1, r.stderr[-2000:]
+    report = json.loads(r.stdout)
+    assert report["best"] is None and len(report["trials"]) == 2
+    assert all(t["state"] != "COMPLETE" for t in report["trials"])

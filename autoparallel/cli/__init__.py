@@ -214,8 +214,8 @@ def run() -> None:
         atexit._run_exitfuncs()
     except BaseException:  # a failing handler must not turn a finished command into a crash
         pass
-    for stream in (sys.stdout, sys.stderr):
-        try:
+    for stream in (sys.stdout, sys.stderr):  # click.echo and rich flush their own writes;
+        try:                                   # this is for any other writer
             stream.flush()
         except (OSError, ValueError):
             if stream is sys.stdout and code == 0:
