@@ -261,9 +261,11 @@ def plan(
         bands = survivors.bands()
     nearest = None
     if len(survivors) == 0 and len(valid):
-        miss = valid.take(np.flatnonzero(oom))
-        ev_miss = evaluate(problem, miss, rules, arch=arch)
-        nearest = ev_miss.take(np.argsort(ev_miss.memory["total"], kind="stable")[:n_nearest])
+        # the n_nearest smallest totals of the memory already costed; only those rows are
+        # costed whole (a row's figures do not depend on the other rows of its table)
+        miss = np.flatnonzero(oom)
+        near = miss[np.argsort(mem["total"][miss], kind="stable")[:n_nearest]]
+        nearest = evaluate(problem, valid.take(near), rules, arch=arch)
     result = PlanResult(
         problem=problem, space=space, n_layouts=len(valid) + found.n_pruned, n_valid=len(valid),
         n_fit=len(survivors), search_s=0.0, ranked=survivors.take(np.arange(min(top, len(survivors)))),
