@@ -205,6 +205,13 @@ def test_nothing_fits_returns_nearest_misses():
     assert "more GPUs" in msg
     totals = res.nearest.memory["total"]
     assert np.all(np.diff(totals) >= 0)
+    # they are the smallest totals of every layout plan searched, each costed in full here
+    from autoparallel.evaluate import evaluate
+    from autoparallel.search.enumerate import enumerate_valid
+
+    every = evaluate(p, enumerate_valid(p, drop_dominated=True).table)
+    np.testing.assert_allclose(totals, np.sort(every.memory["total"])[:len(totals)], rtol=1e-12)
+    assert res.nearest.time["step"].shape == totals.shape and np.all(res.nearest.time["step"] > 0)
 
 
 # --- Optuna layer ----------------------------------------------------------------------------
