@@ -415,6 +415,12 @@ MUTANTS: tuple[Mutant, ...] = (
       "order = np.argsort(time_key(step[found], fastest), kind=\"stable\")",
       "the head's ties left in table order",
       ("tests/test_ranked_top.py",)),
+    # ---- plan.py: nothing fits
+    M("nearest-unsorted", "search/plan.py",
+      'near = miss[np.argsort(mem["total"][miss], kind="stable")[:n_nearest]]',
+      "near = miss[:n_nearest]",
+      "the nearest misses are the first rows that do not fit, not the smallest",
+      ("tests/test_search.py::test_nothing_fits_returns_nearest_misses",)),
     M("cp-hier-sizes", "search/enumerate.py",
       "hier = _keep(hier, (u > 1) & (u < cp) & (cp % u == 0))",
       "hier = _keep(hier, (u > 1) & (cp % u == 0))",
