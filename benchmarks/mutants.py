@@ -415,6 +415,12 @@ MUTANTS: tuple[Mutant, ...] = (
       "order = np.argsort(time_key(step[found], fastest), kind=\"stable\")",
       "the head's ties left in table order",
       ("tests/test_ranked_top.py",)),
+    # ---- validation/plausible.py: the least model state a memory row can report
+    M("least-state-no-optimizer", "validation/plausible.py",
+      "per_param = weight + tr.optimizer_bytes * (1.0 - optimizer_offload)",
+      "per_param = weight",
+      "the memory floor without the optimizer states",
+      ("tests/test_plausible.py",)),
     # ---- plan.py: nothing fits
     M("nearest-unsorted", "search/plan.py",
       'near = miss[np.argsort(mem["total"][miss], kind="stable")[:n_nearest]]',

@@ -11,7 +11,7 @@ import pytest
 
 from autoparallel import make_problem
 from autoparallel.validation.plausible import (constant_ratio, faster_than_peak, fastest_step_s,
-                                               implied_mfu, pinned)
+                                               implied_mfu, least_state_bytes, pinned)
 
 P = make_problem("llama3-8b", "h100", 8, 4096, 64)
 
@@ -133,3 +133,39 @@ def test_a_profile_with_an_efficiency_at_peak_is_warned_about(tmp_path):
     r = run_cli("estimate", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq-len",
                 "4096", "--global-batch", "64", "--tp", "2", "--profile", path)
     assert "warning" not in r.stderr
+
+
+# --- memory: the least model state a job holds ----------------------------------------------
+
+LLAMA3_8B_PARAMS = 8_030_261_248
+"""Llama-3-8B's parameter count (Hugging Face meta-llama/Meta-Llama-3-8B safetensors index:
+32 layers of 218,112,000 + 2 x 128256 x 4096 embeddings + 4096 final norm)."""
+
+
+def test_the_least_state_is_weights_and_optimizer_over_every_gpu():
+    # bf16 weights (2 bytes) + fp32 master and Adam moments (12 bytes), ZeRO-3 over all 8 GPUs
+    assert least_state_bytes(P) == pytest.approx(14 * LLAMA3_8B_PARAMS / 8, rel=1e-6)
+    bf16_adam = make_problem("llama3-8b", "h100", 8, 4096, 64, optimizer_dtype="bf16")
+    assert least_state_bytes(bf16_adam) == pytest.approx(6 * LLAMA3_8B_PARAMS / 8, rel=1e-6)
+    assert least_state_bytes(P, optimizer_offload=1.0) == pytest.approx(
+        2 * LLAMA3_8B_PARAMS / 8, rel=1e-6)  # the whole optimizer state in host memory
+    fp8 = make_problem("llama3-8b", "h100", 8, 4096, 64, precision="fp8", fp8_param_gather=True)
+    assert least_state_bytes(fp8) == pytest.approx(13 * LLAMA3_8B_PARAMS / 8, rel=1e-6)
+
+
+def test_a_memory_row_below_the_least_state_is_not_this_job():
+    """LitGPT's Phi-3-mini full fine-tune on one 24 GB A10G in bf16-true (weights 2 bytes, AdamW
+    moments 4): 3.82 B parameters need 22.9 GB before any activation, yet the row says 17.01 GB;
+    the memory check skips it with the reason. The same row at 40 GB is checked."""
+    import pandas as pd
+
+    from autoparallel.data import MEMORY_RUNS
+    from autoparallel.validation.memory_check import BELOW_STATE, memory_records
+
+    frame = pd.read_csv(MEMORY_RUNS, dtype=str, keep_default_na=False)
+    row = frame[frame["row_id"] == "MR0087"]
+    rec, skipped = memory_records(row)
+    assert rec.empty and list(skipped["reason"]) == [BELOW_STATE]
+    bigger = row.assign(peak_mem_gb="40", mem_allocated_max_gb="40")
+    rec, skipped = memory_records(bigger)
+    assert skipped.empty and len(rec) == 1

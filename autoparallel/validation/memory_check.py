@@ -6,7 +6,9 @@ memory) or `device` (`nvidia-smi`; FlagPerf's monitor samples nvidia-smi). OOM r
 for the verdict only: a run that died must be predicted not to fit, a run that ran must be
 predicted to fit (the default rule, `cost.memory.memory_ledger`). Rows go through the same
 mapping as the step-time validation (`runs.case_from_row`, memory mode), FP16 kept (memory is
-the same as BF16).
+the same as BF16). A measured peak below the weights and optimizer states of every parameter
+sharded over all the job's GPUs (`plausible.least_state_bytes`) is not this job's memory: the
+row is skipped with that reason.
 """
 
 from __future__ import annotations
@@ -20,8 +22,13 @@ from ..errors import AutoParallelError
 from ..evaluate import evaluate
 from ..units import GiB
 from .modelspec import RowSkip
+from .plausible import least_state_bytes
 from .memory_definitions import FIGURE, definition
 from .runs import RULES, case_from_row
+
+BELOW_STATE = "below the least model state its GPUs can hold (not this job's memory)"
+"""Skip reason of a row whose measured peak is below `plausible.least_state_bytes`."""
+
 
 def _job_from_row(row) -> dict:
     """bf16-true training (Lightning: the optimizer state in bf16, ~8 bytes/parameter)."""
@@ -64,6 +71,10 @@ def memory_records(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         measured = case.measured_mem_gib
         if kind == "reserved" and rec.get("mem_reserved_max_gb"):
             measured = float(rec["mem_reserved_max_gb"])  # GiB in the file
+        if measured and not oom and measured * GiB < least_state_bytes(
+                problem, case.layout.optimizer_offload):
+            skipped.append((rid, src, BELOW_STATE))
+            continue
         predicted = float(ev.memory[FIGURE[kind]][0]) / GiB if kind else np.nan
         stages = _stage_errors(rec, ev, kind, measured / float(rec.get("peak_mem_gb") or 1.0)) \
             if kind and measured else {}

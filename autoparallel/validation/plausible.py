@@ -5,6 +5,9 @@
   FP8 / FP4 peak of a low-precision recipe: the fastest any kernel of the step can run). Above 1
   (100 % MFU), the number measured is not one training step of this job: a unit (ms read as
   s), a micro-batch's time, one rank's share, or a number that is not a step time.
+- A measured memory peak cannot be below the model state the job holds under the most sharded
+  layout of its GPUs (`least_state_bytes`): the weights and optimizer states of every parameter
+  over every GPU. Below it, the figure is not this job's memory (the memory check skips the row).
 - A fitted knob pinned at its physical bound (an efficiency at 1, an overhead at 0) means the
   fit wanted to go further: the measurements are outside what the model can explain with
   physical knobs, and the profile would promise what no run achieves.
@@ -64,6 +67,23 @@ def fastest_step_s(problem) -> float:
     """The step time at 100 % MFU of the precision's peak: no measurement can be below it."""
     peak, _ = peak_flops(problem)
     return model_flops_per_step(problem) / (problem.cluster.n_gpus * peak)
+
+
+def least_state_bytes(problem, optimizer_offload: float = 0.0) -> float:
+    """The fewest bytes of model state one GPU of `problem` can hold under any layout of its
+    GPUs: every parameter's weight (2 bytes, the ledger's `params`; 1 where a low-precision recipe
+    keeps only the quantised weight, `fp8_param_gather`) and its optimizer state
+    (`TrainingSpec.optimizer_bytes`: 12 with fp32 master weights and moments, 4 with bf16 moments;
+    less the share `optimizer_offload` keeps in host memory), sharded over every GPU of the job
+    (ZeRO-3 across all of them, the most any layout shards). Gradients and activations can be
+    freed, sharded or recomputed; these stay through the step. A measured peak below it is not
+    this job's: another GPU count, an offload the row does not state, or a unit."""
+    from ..cost.model_arch import build_arch
+
+    tr = problem.training
+    weight = 1.0 if tr.fp8_param_gather and tr.precision not in ("bf16", "fp16") else 2.0
+    per_param = weight + tr.optimizer_bytes * (1.0 - optimizer_offload)
+    return per_param * build_arch(problem.model).n_params / problem.cluster.n_gpus
 
 
 def faster_than_peak(problem, measured: Sequence[tuple[str, float]]) -> list[str]:
