@@ -421,6 +421,10 @@ MUTANTS: tuple[Mutant, ...] = (
       "per_param = weight",
       "the memory floor without the optimizer states",
       ("tests/test_plausible.py",)),
+    M("hybrid-stack-by-name", "cost/layer_rules.py",
+      "    if not p.stack.hybrid_layers:\n        bad |= True",
+      "    if p.stack.name not in (\"megatron-core\", \"megatron-bridge\"):\n        bad |= True",
+      "hybrid models refused by stack name, whatever the stack declares", HYBRID),
     # ---- plan.py: nothing fits
     M("nearest-unsorted", "search/plan.py",
       'near = miss[np.argsort(mem["total"][miss], kind="stable")[:n_nearest]]',

@@ -145,6 +145,14 @@ def test_layer_type_rule_and_reasons():
     p = make_problem(nano, "h100", 8, 4096, 64, stack="torchtitan")
     r = evaluate(p, LayoutTable.from_layouts([Layout(dp=8, ep=8, micro_batch=1)], 8, nano.n_layers))
     assert r.reject[0] & Reject.LAYER_TYPE
+    # what refuses it is the stack's `hybrid_layers`, not its name: the same stack declaring
+    # the layers (a user's stack file) is accepted
+    from autoparallel.presets import load_stack
+
+    own = load_stack("torchtitan").model_copy(update={"name": "my-titan", "hybrid_layers": True})
+    p = make_problem(nano, "h100", 8, 4096, 64, stack=own)
+    r = evaluate(p, LayoutTable.from_layouts([Layout(dp=8, ep=8, micro_batch=1)], 8, nano.n_layers))
+    assert not r.reject[0] & Reject.LAYER_TYPE
 
 
 def test_stage_counts_follow_the_pattern():

@@ -5,8 +5,9 @@
   value heads (`GatedDeltaNet`: `num_value_heads // tp_size`).
 - Context parallelism on Mamba-2 (`MambaContextParallel`): heads / t divisible by c, and groups
   / t divisible by c or c by groups / t. Gated DeltaNet has no CP in Megatron-Core 0.16.1.
-- Only the Megatron stacks build hybrid models (Megatron-Core `MambaModel` / hybrid stack);
-  TorchTitan, DeepSpeed, Nanotron and the FSDP / HF-model stacks do not.
+- Only a stack whose preset says `hybrid_layers` builds hybrid models: the Megatron stacks
+  (Megatron-Core `MambaModel` / hybrid stack); TorchTitan, DeepSpeed, Nanotron and the FSDP /
+  HF-model stacks do not.
 - No virtual pipeline stages: `MambaStack._select_layers_for_pipeline_parallel` asserts
   `virtual_pipeline_model_parallel_size is None` ("The Mamba hybrid model does not currently
   support virtual/interleaved pipeline parallelism", Megatron-Core 0.16.1 ssm/mamba_block.py).
@@ -23,10 +24,16 @@ from ..layouts import LayoutTable
 from ..specs.problem import Problem
 from .arch import Arch
 
-HYBRID_STACKS = ("megatron-core", "megatron-bridge")
 WHY = ("a hybrid model's layer types need tp dividing the Mamba / DeltaNet heads and groups, "
        "a Mamba-compatible cp (none with gated DeltaNet), a Megatron stack, vp = 1, and no "
        "offload or recompute groups")
+
+
+def hybrid_stacks() -> list[str]:
+    """The stack presets that build hybrid layers (`StackSpec.hybrid_layers`)."""
+    from ..presets import list_stacks, load_stack
+
+    return [n for n in list_stacks() if load_stack(n).hybrid_layers]
 
 
 def layer_type_violations(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
@@ -46,7 +53,7 @@ def layer_type_violations(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
             bad |= ((u // tp) % cp) != 0
         groups = np.maximum(mx.tp_units[-1] // tp, 1)
         bad |= (cp > 1) & ((groups % cp) != 0) & ((cp % groups) != 0)
-    if p.stack.name not in HYBRID_STACKS:
+    if not p.stack.hybrid_layers:
         bad |= True
     bad |= (t["ao"] > 0) | (t["rn"] != -1) | (t["vp"] > 1)
     return bad
@@ -57,9 +64,9 @@ def layer_type_message(p: Problem, lay) -> str:
     m = p.model
     tp, cp = lay.tp, lay.cp
     parts = []
-    if p.stack.name not in HYBRID_STACKS:
+    if not p.stack.hybrid_layers:
         parts.append(f"stack `{p.stack.name}` cannot train a hybrid model (only "
-                     f"{', '.join(HYBRID_STACKS)} build Mamba / hybrid layers)")
+                     f"{', '.join(hybrid_stacks())} build Mamba / hybrid layers)")
     mb = m.mamba
     if mb is not None and "M" in (m.layer_letters or ""):
         g = max(mb.n_groups // tp, 1)

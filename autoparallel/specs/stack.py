@@ -128,6 +128,9 @@ class StackSpec(Spec):
     offload_modules: list[OffloadModule] = Field(default_factory=list)
     """Modules whose saved input the stack can offload to the host one by one (fine-grained
     activation offload, `JobSpec.offload_modules`); none by default."""
+    hybrid_layers: bool = False
+    """Whether the stack builds hybrid models' Mamba-2 and gated-DeltaNet mixer layers (the
+    `layer_type` rule refuses hybrid models on a stack without them, `cost.layer_rules`)."""
     moe_shared_expert_overlap: bool = False
     """Whether shared experts run concurrently with the token dispatch (Megatron
     `--moe-shared-expert-overlap`; off when the all-to-all overlap is on, which Megatron refuses
