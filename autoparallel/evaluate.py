@@ -451,8 +451,10 @@ def _layout_error(problem: Problem, lay: Layout, flags: int) -> str:
         )
     if flags & Reject.LAYER_TYPE:
         from .cost.layer_rules import layer_type_message
+        from .presets import list_stacks, load_stack
 
-        lines.append(layer_type_message(problem, lay))
+        hybrid = [n for n in list_stacks() if load_stack(n).hybrid_layers]
+        lines.append(layer_type_message(problem, lay, hybrid))
     if flags & Reject.EXPERTS and m.moe is None:
         lines.append(
             f"`ep` = {lay.ep} and `etp` = {lay.expert_tp} (tp = {lay.tp}): a dense model has no "

@@ -29,13 +29,6 @@ WHY = ("a hybrid model's layer types need tp dividing the Mamba / DeltaNet heads
        "offload or recompute groups")
 
 
-def hybrid_stacks() -> list[str]:
-    """The stack presets that build hybrid layers (`StackSpec.hybrid_layers`)."""
-    from ..presets import list_stacks, load_stack
-
-    return [n for n in list_stacks() if load_stack(n).hybrid_layers]
-
-
 def layer_type_violations(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
     """Rows a stack cannot run on this model's layer types (all False for a transformer)."""
     bad = np.zeros(len(t), dtype=bool)
@@ -59,14 +52,16 @@ def layer_type_violations(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
     return bad
 
 
-def layer_type_message(p: Problem, lay) -> str:
-    """The readable reason for one layout (the `estimate` error line): each violated part."""
+def layer_type_message(p: Problem, lay, hybrid_stacks: list[str]) -> str:
+    """The readable reason for one layout (the `estimate` error line): each violated part;
+    `hybrid_stacks`: the stack presets that declare `hybrid_layers`, named when the stack
+    does not."""
     m = p.model
     tp, cp = lay.tp, lay.cp
     parts = []
     if not p.stack.hybrid_layers:
         parts.append(f"stack `{p.stack.name}` cannot train a hybrid model (only "
-                     f"{', '.join(hybrid_stacks())} build Mamba / hybrid layers)")
+                     f"{', '.join(hybrid_stacks)} build Mamba / hybrid layers)")
     mb = m.mamba
     if mb is not None and "M" in (m.layer_letters or ""):
         g = max(mb.n_groups // tp, 1)
