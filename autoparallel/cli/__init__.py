@@ -210,8 +210,12 @@ def run() -> None:
     # `python -m` then kills the process with SIGINT at exit instead of exiting 130.
     import atexit
 
+    run_handlers = getattr(atexit, "_run_exitfuncs", None)  # CPython's; absent elsewhere
+    if run_handlers is None and code != 130:
+        sys.exit(code)  # an interpreter without it: the usual exit, teardown and all
     try:
-        atexit._run_exitfuncs()
+        if run_handlers is not None:
+            run_handlers()
     except BaseException:  # a failing handler must not turn a finished command into a crash
         pass
     for stream in (sys.stdout, sys.stderr):  # click.echo and rich flush their own writes;
