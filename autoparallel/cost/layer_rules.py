@@ -25,7 +25,8 @@ from ..specs.problem import Problem
 from .arch import Arch
 
 WHY = ("a hybrid model's layer types need tp dividing the Mamba / DeltaNet heads and groups, "
-       "a Mamba-compatible cp (none with gated DeltaNet), a Megatron stack, vp = 1, and no "
+       "a Mamba-compatible cp (none with gated DeltaNet), a stack with hybrid layers (the "
+       "Megatron stacks), vp = 1, and no "
        "offload or recompute groups")
 
 
