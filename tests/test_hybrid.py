@@ -8,7 +8,7 @@ import pytest
 
 from autoparallel.cost.model_arch import build_arch
 from autoparallel.cost.linear_attention import delta_rule_flops_per_token
-from autoparallel.cost.mamba import ssd_flops_per_token
+from autoparallel.cost.mamba import ssd_bytes_per_token, ssd_flops_per_token
 from autoparallel.evaluate import estimate, evaluate
 from autoparallel.layouts import LayoutTable
 from autoparallel.presets import load_model
@@ -55,6 +55,24 @@ def test_ssd_scan_flops_by_hand():
     assert ssd_flops_per_token(m) == pytest.approx(262_144 + 64 * (16_384 + 32_768 + 128))
 
 
+def test_ssd_scan_bytes_by_hand():
+    """The SSD kernels' HBM bytes per token, Nemotron-3 Nano's mixer (D = 64 x 64 = 4096, N = Q =
+    128, G = 8, H = 64), counted kernel by kernel from state-spaces/mamba ssd_combined.py (each
+    tensor argument read once, each output written once; z goes to the gated norm, not the scan):
+    forward: cumsum dt 2H + 8H; chunk_state x 2D, B 2GN, dt/dA 8H, fp32 states 4D; state_passing
+    4D + 2D; bmm B, C 4GN, CB 4GQ; chunk_scan CB 4GQ, x 2D, C 2GN, dt/dA 8H, states 2D, out 2D
+    = 6D + 12D + 8GN + 8GQ + 26H = 24,576 + 49,152 + 8,192 + 8,192 + 1,664 = 91,776.
+    Backward: 22D + 34D + 38GN + 24GQ + 86H = 90,112 + 139,264 + 38,912 + 24,576 + 5,504 = 298,368.
+    At H100's achievable bandwidth (0.85 x 3.35 TB/s) both passes take what the scan's FLOPs (3x
+    the forward's 3,416,064) would at 7-8 % of the 989 TFLOP/s peak, as the H100 hybrid runs fit
+    (8.2-8.6 % before the roofline, benchmarks/fit_scan_efficiency.py)."""
+    m = load_model("nemotron-3-nano").mamba
+    fwd, bwd = ssd_bytes_per_token(m)
+    assert fwd == 91_776 and bwd == 298_368
+    seconds = (fwd + bwd) / (0.85 * 3.35e12)
+    assert 3 * 3_416_064 / (seconds * 989e12) == pytest.approx(0.076, abs=0.002)
+
+
 def test_delta_rule_flops_by_hand():
     """Chunkwise gated delta rule (arXiv 2412.06464 Sec. 3.3), Qwen3-Next: C = 64, d_k = d_v =
     128, 32 value heads: 2*64*(3*128 + 2*128) = 81,920; 64^2/3 = 1,365.33; 6*128*128 = 98,304;
@@ -72,8 +90,9 @@ def _estimate(model, gpus=8, job=None, **lay):
 
 def test_mamba_layer_compute_by_hand():
     """A model of 4 Mamba layers against one of 2: the difference is two layers' forward and
-    backward per micro-batch, by hand from the GEMM roofline, the scan at scan_efficiency and the
-    elementwise traffic. Without TP, SP or CP, one micro-batch of s = 4096 tokens:
+    backward per micro-batch, by hand from the GEMM roofline, the scan's roofline (its FLOPs at
+    scan_efficiency or its kernels' bytes at HBM bandwidth, the longer) and the elementwise
+    traffic. Without TP, SP or CP, one micro-batch of s = 4096 tokens:
     in_proj GEMM (4096 x 1024) @ (1024 x 2*2048 + 2*1*64 + 32), out_proj (4096 x 2048) @ (2048 x
     1024); backward 2x the GEMMs and the scan."""
     base = dict(hidden_size=1024, n_heads=8, ffn_hidden_size=4096, vocab_size=32000,
@@ -93,11 +112,16 @@ def test_mamba_layer_compute_by_hand():
 
     g = gemm(T, in_w, h) + gemm(T, h, d_in)
     Q, N, P, H, G = 128, 64, 64, 32, 1
-    scan = T * (2 * Q * N * G + H * (2 * Q * P + 4 * N * P + 2 * N * P / Q)) / (
-        prof.scan_efficiency * peak)
+    flops = T * (2 * Q * N * G + H * (2 * Q * P + 4 * N * P + 2 * N * P / Q))
+    # the SSD kernels' bytes per token (D = 2048, D N / Q = 1024, G N = 64, G Q = 128, H = 32):
+    # forward 6 D + 12 D N/Q + 8 G N + 8 G Q + 26 H = 26,944; backward 22 D + 34 D N/Q + 38 G N
+    # + 24 G Q + 86 H = 88,128 (kernel tables in cost.mamba, counted from state-spaces/mamba)
+    scan_f = max(flops / (prof.scan_efficiency * peak), T * 26_944 / bw)
+    scan_b = max(2 * flops / (prof.scan_efficiency * peak), T * 88_128 / bw)
+    assert T * 26_944 / bw > flops / (prof.scan_efficiency * peak)  # memory-bound at the default
     stored = T * (4 * h + 2 * in_w + 4 * d_in)  # norm + in_proj inputs, zxbcdt, scan out, out_proj in
     elem = 2 * prof.elementwise_factor * stored / bw
-    per_layer = 3 * g + 3 * scan + 3 * elem  # forward + backward (2x)
+    per_layer = 3 * g + scan_f + scan_b + 3 * elem  # forward + backward (2x)
     m = 64  # micro-batches per step
     got = float(r4.time["compute"][0] - r2.time["compute"][0])
     assert got == pytest.approx(2 * m * per_layer, rel=1e-9)

@@ -37,7 +37,7 @@ from .memory import layer_activation_bytes, stage_params
 from .overlap import hidden_cost
 from .stages import stage_layer_counts, stages
 from .time import stage_times, tp_pair
-from .ssm_mixer import SCAN_BWD, mixer_activation_bytes, mixer_cp_bytes, mixer_forward
+from .ssm_mixer import mixer_activation_bytes, mixer_cp_bytes, mixer_forward
 
 
 @dataclass(frozen=True)
@@ -329,9 +329,9 @@ def hybrid_stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups) -> 
     cp = t["cp"].astype(np.float64)
     pair = tp_pair(problem, t, groups["tp"], hy.parts[0].arch)  # one block's pair
     for letter, mx in hy.mixers.items():
-        gemm, scan, elem = mixer_forward(problem, mx, t)
+        gemm, scan, scan_bwd, elem = mixer_forward(problem, mx, t)
         fwd = gemm + scan + elem
-        bwd = 2.0 * gemm + SCAN_BWD * scan + 2.0 * elem
+        bwd = 2.0 * gemm + scan_bwd + 2.0 * elem
         a_in, a_out = mixer_cp_bytes(problem, mx, t)
         a2a = (collective_time(problem, Collective.ALL_TO_ALL, a_in, groups["cp"])
                + collective_time(problem, Collective.ALL_TO_ALL, a_out, groups["cp"]))

@@ -53,6 +53,9 @@ class MixerArch:
     """Whether Megatron-Core implements context parallelism for this mixer."""
     cp_units: tuple[int, ...] = ()
     """Counts that t x c must divide (Mamba's heads)."""
+    scan_bytes: tuple[float, float] = (0.0, 0.0)
+    """(forward, backward) HBM bytes per token the scan kernels read and write, whole layer
+    (divided by t across GPUs); (0, 0): not counted, the scan is priced by its FLOPs alone."""
 
     @property
     def sharded_params(self) -> float:
@@ -104,20 +107,27 @@ def mixer_activation_bytes(problem: Problem, mx: MixerArch, t: LayoutTable,
     return np.where(rc == 2, 2.0 * tokens * mx.hidden / rep_div, stored)
 
 
-def scan_time(problem: Problem, flops) -> np.ndarray:
-    """Seconds of the chunked scan: its FLOPs at the profile's `scan_efficiency` of the dense
-    BF16 peak (the SSD and delta-rule kernels run BF16 tensor-core matmuls on chunk tiles; a
-    knob of their own, not the GEMM efficiency, fitted on hybrid runs)."""
+def scan_time(problem: Problem, flops, nbytes=0.0) -> np.ndarray:
+    """Seconds of one pass of the chunked scan, a roofline of its two limits: its FLOPs at the
+    profile's `scan_efficiency` of the dense BF16 peak (the SSD and delta-rule kernels run BF16
+    tensor-core matmuls on chunk tiles; a knob of its own, not the GEMM efficiency, fitted on
+    hybrid runs), and its kernels' HBM traffic `nbytes` (`MixerArch.scan_bytes`) at the
+    achievable bandwidth (`memory_bound_time`; the kernels are memory-bound: the chunk states
+    they pass between them are as large as the layer's activations, see `cost.mamba`)."""
     prof, gpu = problem.profile, problem.cluster.gpu
-    return np.asarray(flops) / (prof.scan_efficiency * gpu.bf16_tflops * TFLOPS)
+    compute = np.asarray(flops) / (prof.scan_efficiency * gpu.bf16_tflops * TFLOPS)
+    return np.maximum(compute, memory_bound_time(problem, nbytes))
 
 
 def mixer_forward(problem: Problem, mx: MixerArch, t: LayoutTable):
-    """(gemm, scan, elementwise) forward seconds of one mixer layer, one micro-batch, one GPU.
+    """(gemm, scan, scan backward, elementwise) forward seconds of one mixer layer, one
+    micro-batch, one GPU (the scan's backward is a roofline of its own: `SCAN_BWD` x the FLOPs,
+    and the backward kernels' bytes).
 
     GEMMs: in_proj (T x h) @ (h x in_width / t) and out_proj (T x out_in / t) @ (out_in / t x h),
     in the job's precision (linear layers: Transformer Engine quantises them). Scan: the SSD /
-    delta-rule FLOPs of the T local tokens over the local heads (/ t), at `scan_efficiency`.
+    delta-rule FLOPs of the T local tokens over the local heads (/ t), at `scan_efficiency`, or
+    its kernels' bytes at HBM bandwidth where that is longer (`scan_time`).
     Elementwise (conv, gating, norms): memory-bound, writing and re-reading what the layer stores
     (the transformer layers' rule, `elementwise_factor`)."""
     s = problem.training.seq_len
@@ -126,10 +136,12 @@ def mixer_forward(problem: Problem, mx: MixerArch, t: LayoutTable):
     T = b * s / cp
     h = mx.hidden
     gemm = linear_time(problem, T, mx.in_width / tp, h) + linear_time(problem, T, h, mx.out_in / tp)
-    scan = scan_time(problem, T * mx.scan_flops / tp)
+    fwd_bytes, bwd_bytes = mx.scan_bytes
+    scan = scan_time(problem, T * mx.scan_flops / tp, T * fwd_bytes / tp)
+    scan_bwd = scan_time(problem, SCAN_BWD * T * mx.scan_flops / tp, T * bwd_bytes / tp)
     stored = mixer_activation_bytes(problem, mx, t, recompute=np.zeros_like(t["rc"]))
     elem = memory_bound_time(problem, 2.0 * problem.profile.elementwise_factor * stored)
-    return gemm, scan, elem
+    return gemm, scan, scan_bwd, elem
 
 
 def mixer_cp_bytes(problem: Problem, mx: MixerArch, t: LayoutTable):

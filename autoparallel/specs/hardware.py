@@ -34,10 +34,15 @@ class Profile(Spec):
     """Fraction of peak reached by cuDNN fused attention / FlashAttention-3 (Transformer Engine;
     `attention = "cudnn"`): 60-75% of H100 peak (ref §7.3, FA3 ~740 TFLOP/s [recalled])."""
     scan_efficiency: float = Field(0.25, gt=0, le=1)
-    """Fraction of the dense BF16 peak the chunked scans of hybrid models reach (Mamba-2 SSD,
-    gated DeltaNet; `cost.ssm_mixer.scan_time`). Default: an assumption (Triton chunk kernels on
-    64-128 tiles, below the attention kernels' 45-60 %) until fitted on hybrid runs per GPU
-    (`benchmarks/fit_scan_efficiency.py`); the stacks' fits are in their `[profile]` tables."""
+    """Compute ceiling of the chunked scans of hybrid models (Mamba-2 SSD, gated DeltaNet;
+    `cost.ssm_mixer.scan_time`): the fraction of the dense BF16 peak their FLOPs reach at best.
+    The scan's time is the longer of that and its kernels' HBM traffic (counted for Mamba-2 in
+    `cost.mamba`), and the Mamba-2 scans of the shipped models are memory-bound under this
+    default: the traffic alone is ~8 % of the peak's time, what H100 and B300 runs fit. Default:
+    an assumption (Triton chunk kernels on 64-128 tiles, below the attention kernels' 45-60 %)
+    that binds only where no traffic is counted (gated DeltaNet); fitted per GPU where the runs
+    are slower than the traffic (`benchmarks/fit_scan_efficiency.py`; the stacks' `[profile]`
+    tables)."""
     hbm_efficiency: float = Field(0.85, gt=0, le=1)
     """Fraction of HBM bandwidth reached by memory-bound kernels (STREAM 85-90%; ref §7.2 rule 1)."""
     elementwise_factor: NonNegativeFloat = 1.0
