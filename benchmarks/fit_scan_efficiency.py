@@ -114,7 +114,6 @@ def main(write: bool = False) -> dict:
                 head = f'[profile."{g}"]\n'
                 if head not in text:
                     continue
-                i = text.index(head) + len(head)
                 line = "" if g in bound else f"scan_efficiency = {v:.4f}\n"
                 text = re.sub(r'(\[profile\."' + g + r'"\]\n)(scan_efficiency = [^\n]*\n)?',
                               lambda m: m.group(1) + line, text, count=1)
