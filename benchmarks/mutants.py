@@ -433,6 +433,10 @@ MUTANTS: tuple[Mutant, ...] = (
       'SSD_FWD = {"D": 6.0, "DNQ": 12.0,',
       'SSD_FWD = {"D": 6.0, "DNQ": 8.0,',
       "the forward's fp32 chunk states counted at 2 bytes", HYBRID),
+    M("delta-bytes-dropped", "cost/linear_attention.py",
+      "        scan_bytes=delta_rule_bytes_per_token(g),\n",
+      "",
+      "the gated delta rule's kernel bytes left out of its scan's roofline", HYBRID),
     # ---- plan.py: nothing fits
     M("nearest-unsorted", "search/plan.py",
       'near = miss[np.argsort(mem["total"][miss], kind="stable")[:n_nearest]]',

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from autoparallel.cost.model_arch import build_arch
-from autoparallel.cost.linear_attention import delta_rule_flops_per_token
+from autoparallel.cost.linear_attention import delta_rule_bytes_per_token, delta_rule_flops_per_token
 from autoparallel.cost.mamba import ssd_bytes_per_token, ssd_flops_per_token
 from autoparallel.evaluate import estimate, evaluate
 from autoparallel.layouts import LayoutTable
@@ -79,6 +79,38 @@ def test_delta_rule_flops_by_hand():
     per head 181,589.33, x 32."""
     g = load_model("qwen3-next-80b-a3b").linear_attention
     assert delta_rule_flops_per_token(g) == pytest.approx(32 * (81_920 + 4096 / 3 + 98_304))
+
+
+def test_delta_rule_bytes_by_hand():
+    """The chunked gated delta rule's HBM bytes per token, Qwen3-Next (32 value heads, d_k = d_v
+    = 128, C = 64), counted kernel by kernel from flash-linear-attention's chunk.py: with
+    K = V = 32 x 128 = 4,096, S = 32 x 128 x 128 / 64 = 8,192, A = 32 x 64 = 2,048, H = 32:
+    forward 12K + 12V + 4S + 2A + 22H = 49,152 + 49,152 + 32,768 + 4,096 + 704 = 135,872;
+    backward 42K + 30V + 8S + 4A + 40H = 172,032 + 122,880 + 65,536 + 8,192 + 1,280 = 369,920.
+    Memory-bound as Mamba's scan: on H100 at 0.85 x 3.35 TB/s, the FLOPs' time at ~10 % of the
+    989 TFLOP/s peak (3 x 32 x 181,589.33 FLOPs)."""
+    g = load_model("qwen3-next-80b-a3b").linear_attention
+    fwd, bwd = delta_rule_bytes_per_token(g)
+    assert fwd == 135_872 and bwd == 369_920
+    seconds = (fwd + bwd) / (0.85 * 3.35e12)
+    assert 3 * 32 * (81_920 + 4096 / 3 + 98_304) / (seconds * 989e12) == pytest.approx(0.099, abs=0.002)
+
+
+def test_scans_memory_bound_at_the_default_ceiling():
+    """At the default compute ceiling (0.25) both mixers' scans are set by their bytes
+    (the hand counts above): raising the ceiling to 0.5 changes no step time, and a ceiling far
+    below the floor's equivalent (0.02 against 7-10 %) makes the step slower."""
+    for name in ("nemotron-3-nano", "qwen3-next-80b-a3b"):
+        model = load_model(name)
+        steps = []
+        for eff in (0.25, 0.5, 0.02):
+            p = make_problem(model, "h100", 8, 4096, 64)
+            p = make_problem(model, "h100", 8, 4096, 64,
+                             profile=p.profile.model_copy(update={"scan_efficiency": eff}))
+            t = LayoutTable.from_layouts([Layout(dp=8, ep=8, micro_batch=1)], 8, model.n_layers)
+            steps.append(float(evaluate(p, t).time["step"][0]))
+        assert steps[1] == pytest.approx(steps[0], rel=1e-12), name
+        assert steps[2] > 1.02 * steps[0], name
 
 
 def _estimate(model, gpus=8, job=None, **lay):

@@ -36,11 +36,11 @@ class Profile(Spec):
     scan_efficiency: float = Field(0.25, gt=0, le=1)
     """Compute ceiling of the chunked scans of hybrid models (Mamba-2 SSD, gated DeltaNet;
     `cost.ssm_mixer.scan_time`): the fraction of the dense BF16 peak their FLOPs reach at best.
-    The scan's time is the longer of that and its kernels' HBM traffic (counted for Mamba-2 in
-    `cost.mamba`), and the Mamba-2 scans of the shipped models are memory-bound under this
-    default: the traffic alone is ~8 % of the peak's time, what H100 and B300 runs fit. Default:
-    an assumption (Triton chunk kernels on 64-128 tiles, below the attention kernels' 45-60 %)
-    that binds only where no traffic is counted (gated DeltaNet); fitted per GPU where the runs
+    The scan's time is the longer of that and its kernels' HBM traffic (counted in
+    `cost.mamba`, `cost.linear_attention`), and the scans of the shipped models are memory-bound
+    under this default: the traffic alone is the FLOPs' time at 7.6-10 % of the peak (H100 and
+    B300 runs fit 8-12 %). Default: an assumption (Triton chunk kernels on 64-128 tiles, below
+    the attention kernels' 45-60 %) that does not bind for them; fitted per GPU where the runs
     are slower than the traffic (`benchmarks/fit_scan_efficiency.py`; the stacks' `[profile]`
     tables)."""
     hbm_efficiency: float = Field(0.85, gt=0, le=1)
