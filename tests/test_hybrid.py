@@ -120,20 +120,26 @@ def _estimate(model, gpus=8, job=None, **lay):
     return problem, evaluate(problem, table)
 
 
-def test_mamba_layer_compute_by_hand():
+@pytest.mark.parametrize("ceiling", [None, 0.01])
+def test_mamba_layer_compute_by_hand(ceiling):
     """A model of 4 Mamba layers against one of 2: the difference is two layers' forward and
     backward per micro-batch, by hand from the GEMM roofline, the scan's roofline (its FLOPs at
     scan_efficiency or its kernels' bytes at HBM bandwidth, the longer) and the elementwise
     traffic. Without TP, SP or CP, one micro-batch of s = 4096 tokens:
     in_proj GEMM (4096 x 1024) @ (1024 x 2*2048 + 2*1*64 + 32), out_proj (4096 x 2048) @ (2048 x
-    1024); backward 2x the GEMMs and the scan."""
+    1024); backward 2x the GEMMs and the scan. At the default ceiling the scan is memory-bound;
+    at a ceiling of 0.01 its FLOPs (forward, and backward at twice them) set it."""
     base = dict(hidden_size=1024, n_heads=8, ffn_hidden_size=4096, vocab_size=32000,
                 activation="relu2", mamba={"n_heads": 32, "head_dim": 64, "state_size": 64,
                                            "n_groups": 1, "chunk_size": 128})
     two = ModelSpec(name="m2", layers="MM", **base)
     four = ModelSpec(name="m4", layers="MMMM", **base)
-    p, r2 = _estimate(two, gpus=1, micro_batch=1)
-    _, r4 = _estimate(four, gpus=1, micro_batch=1)
+    job = None
+    if ceiling is not None:
+        ref = make_problem(two, "h100", 1, 4096, 64).profile
+        job = {"profile": ref.model_copy(update={"scan_efficiency": ceiling})}
+    p, r2 = _estimate(two, gpus=1, job=job, micro_batch=1)
+    _, r4 = _estimate(four, gpus=1, job=job, micro_batch=1)
     prof, gpu = p.profile, p.cluster.gpu
     T, h, d_in, in_w = 4096.0, 1024.0, 2048.0, 2 * 2048 + 2 * 64 + 32
     peak, bw = gpu.bf16_tflops * 1e12, prof.hbm_efficiency * gpu.hbm_tb_per_s * 1e12
@@ -150,7 +156,9 @@ def test_mamba_layer_compute_by_hand():
     # + 24 G Q + 86 H = 88,128 (kernel tables in cost.mamba, counted from state-spaces/mamba)
     scan_f = max(flops / (prof.scan_efficiency * peak), T * 26_944 / bw)
     scan_b = max(2 * flops / (prof.scan_efficiency * peak), T * 88_128 / bw)
-    assert T * 26_944 / bw > flops / (prof.scan_efficiency * peak)  # memory-bound at the default
+    # memory-bound at the default, FLOP-bound at a ceiling of 0.01
+    assert (T * 26_944 / bw > flops / (prof.scan_efficiency * peak)) == (ceiling is None)
+    assert (T * 88_128 / bw > 2 * flops / (prof.scan_efficiency * peak)) == (ceiling is None)
     stored = T * (4 * h + 2 * in_w + 4 * d_in)  # norm + in_proj inputs, zxbcdt, scan out, out_proj in
     elem = 2 * prof.elementwise_factor * stored / bw
     per_layer = 3 * g + scan_f + scan_b + 3 * elem  # forward + backward (2x)
