@@ -198,7 +198,31 @@ class Evaluation:
             # `cost.layer_types._stage_counts`: the middle stage kind is rank 1's layers
             notes.append("the middle stage is costed as pipeline rank 1; another middle rank "
                          "of this hybrid pattern may hold heavier layers (not checked)")
+        if self.arch.hybrid is not None:
+            notes.extend(self._scan_notes(i))
         return notes
+
+    def _scan_notes(self, i: int) -> list[str]:
+        """One line per recurrent mixer kind: which limit sets its scan's time (`cost.ssm_mixer.
+        scan_limits`), per layer and micro-batch, forward + backward."""
+        from .cost.ssm_mixer import scan_limits
+
+        names = {"M": "Mamba-2 scan", "G": "gated DeltaNet scan"}
+        row = self.table.take(np.array([i]))
+        eff = self.problem.profile.scan_efficiency
+        out = []
+        for letter, mx in self.arch.hybrid.mixers.items():
+            compute, memory = (float(x[0]) * 1e3 for x in scan_limits(self.problem, mx, row))
+            name = names.get(letter, f"{letter} scan")
+            if memory >= compute:
+                out.append(f"{name}: memory-bound, {memory:.3g} ms per layer and micro-batch "
+                           f"(its kernels' bytes at HBM bandwidth; the scan_efficiency ceiling "
+                           f"{eff:g} gives {compute:.3g} ms)")
+            else:
+                out.append(f"{name}: {compute:.3g} ms per layer and micro-batch at the "
+                           f"scan_efficiency ceiling {eff:g} (its kernels' bytes alone: "
+                           f"{memory:.3g} ms)")
+        return out
 
     def by_stage(self, i: int) -> list[dict]:
         """Memory of every pipeline stage kind of row i (GiB): `first` (rank 0), `middle` (ranks

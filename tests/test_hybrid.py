@@ -113,6 +113,28 @@ def test_scans_memory_bound_at_the_default_ceiling():
         assert steps[2] > 1.02 * steps[0], name
 
 
+def test_scan_note_says_which_limit_binds():
+    """`estimate` says per mixer which limit sets the scan. Nemotron-3 Nano on H100, one
+    micro-batch of 8,192 tokens, no TP: its kernels' bytes (91,776 + 298,368 per token, above)
+    at 0.85 x 3.35 TB/s take 390,144 x 8,192 / 2.8475e12 = 1.12 ms, longer than its FLOPs at the
+    0.25 ceiling; at a ceiling of 0.01 the FLOPs (3 x 3,416,064 per token) take longer."""
+    from autoparallel.evaluate import estimate as estimate_record
+
+    nano = load_model("nemotron-3-nano")
+    p = make_problem(nano, "h100", 8, 8192, 64)
+    rec = estimate_record(p, Layout(dp=8, ep=8, micro_batch=1))
+    [note] = [n for n in rec["notes"] if n.startswith("Mamba-2 scan")]
+    assert note.startswith("Mamba-2 scan: memory-bound, 1.12 ms per layer and micro-batch"), note
+    low = p.profile.model_copy(update={"scan_efficiency": 0.01})
+    p = make_problem(nano, "h100", 8, 8192, 64, profile=low)
+    rec = estimate_record(p, Layout(dp=8, ep=8, micro_batch=1))
+    [note] = [n for n in rec["notes"] if n.startswith("Mamba-2 scan")]
+    ms = 3 * 3_416_064 * 8192 / (0.01 * p.cluster.gpu.bf16_tflops * 1e12) * 1e3
+    assert note.startswith(f"Mamba-2 scan: {ms:.3g} ms per layer and micro-batch at the "
+                           "scan_efficiency ceiling 0.01"), note
+    assert "bytes alone: 1.12 ms" in note
+
+
 def _estimate(model, gpus=8, job=None, **lay):
     problem = make_problem(model, "h100", gpus, 4096, 64, **(job or {}))
     layout = Layout(**({"dp": gpus} | lay))
@@ -375,10 +397,13 @@ def test_hybrid_pipeline_export_and_no_virtual_stages():
 def test_a_deep_hybrid_pipeline_says_its_middle_stage_is_rank_1():
     """The ledger's middle stage of a layer pattern is rank 1's layers (`_stage_counts`); with
     pp > 2 the record says so, since another middle rank can hold heavier layers. Transformers
-    (equal middle ranks) and pp <= 2 (no middle rank) say nothing."""
+    (equal middle ranks) and pp <= 2 (no middle rank) say nothing about stages."""
     p = make_problem("nemotron-h-8b", "h100", 64, seq_len=8192, global_batch=512)
     deep = estimate(p, Layout(tp=1, pp=4))
-    assert len(deep["notes"]) == 1 and "rank 1" in deep["notes"][0]
-    assert estimate(p, Layout(tp=1, pp=2))["notes"] == []
+    stage = [n for n in deep["notes"] if not n.startswith("Mamba-2 scan")]
+    assert len(stage) == 1 and "rank 1" in stage[0]
+    # the other line is the scan's (test_scan_note_says_which_limit_binds)
+    assert [n for n in estimate(p, Layout(tp=1, pp=2))["notes"]
+            if not n.startswith("Mamba-2 scan")] == []
     dense = make_problem("llama3-8b", "h100", 64, seq_len=8192, global_batch=512)
     assert estimate(dense, Layout(tp=1, pp=4))["notes"] == []

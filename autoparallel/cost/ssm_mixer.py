@@ -119,6 +119,19 @@ def scan_time(problem: Problem, flops, nbytes=0.0) -> np.ndarray:
     return np.maximum(compute, memory_bound_time(problem, nbytes))
 
 
+def scan_limits(problem: Problem, mx: MixerArch, t: LayoutTable) -> tuple[np.ndarray, np.ndarray]:
+    """(compute, memory) seconds of one mixer layer's scan, forward + backward, one micro-batch
+    on one GPU: its FLOPs at the `scan_efficiency` ceiling, and its kernels' bytes at the
+    achievable HBM bandwidth. The scan takes the longer of the two in each pass (`scan_time`);
+    which one binds is what a user tuning the knob needs to know."""
+    prof, gpu = problem.profile, problem.cluster.gpu
+    T = t["mb"].astype(np.float64) * problem.training.seq_len / t["cp"]
+    tp = t["tp"].astype(np.float64)
+    flops = (1.0 + SCAN_BWD) * T * mx.scan_flops / tp
+    compute = flops / (prof.scan_efficiency * gpu.bf16_tflops * TFLOPS)
+    return compute, memory_bound_time(problem, T * sum(mx.scan_bytes) / tp)
+
+
 def mixer_forward(problem: Problem, mx: MixerArch, t: LayoutTable):
     """(gemm, scan, scan backward, elementwise) forward seconds of one mixer layer, one
     micro-batch, one GPU (the scan's backward is a roofline of its own: `SCAN_BWD` x the FLOPs,
