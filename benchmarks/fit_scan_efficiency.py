@@ -49,13 +49,25 @@ def loss(cases, eff) -> float:
     return float(np.median([abs(np.log(predict(c, eff) / c.measured_step_s)) for c in cases]))
 
 
+GRID = 17
+"""Points of the coarse log-spaced scan over [LO, HI] before the golden-section refinement: the
+median |log error| is not unimodal in the knob (with the memory floor, B300's runs have a flat
+region above ~0.08 and their best value near 0.023), and golden-section search alone lands in
+whichever basin its first two probes favour."""
+
+
 def fit(cases) -> float:
-    """Golden-section search of the median |log error| over [LO, HI] (log scale)."""
-    a, b = np.log(LO), np.log(HI)
+    """The knob minimising the median |log error| over [LO, HI]: a log-spaced scan of `GRID`
+    points, then a golden-section search between the best point's neighbours (log scale). Ties
+    keep the largest knob (on a flat, memory-bound region: the default applies, see `main`)."""
+    grid = np.linspace(np.log(LO), np.log(HI), GRID)
+    losses = [loss(cases, np.exp(x)) for x in grid]
+    best = min(range(GRID), key=lambda i: (losses[i], -i))
+    a, b = grid[max(best - 1, 0)], grid[min(best + 1, GRID - 1)]
     g = (np.sqrt(5) - 1) / 2
     c, d = b - g * (b - a), a + g * (b - a)
     fc, fd = loss(cases, np.exp(c)), loss(cases, np.exp(d))
-    for _ in range(18):
+    for _ in range(14):
         if fc < fd:
             b, d, fd = d, c, fc
             c = b - g * (b - a)
@@ -64,7 +76,8 @@ def fit(cases) -> float:
             a, c, fc = c, d, fd
             d = a + g * (b - a)
             fd = loss(cases, np.exp(d))
-    return float(np.exp((a + b) / 2))
+    x = float(np.exp((a + b) / 2))
+    return x if loss(cases, x) <= losses[best] else float(np.exp(grid[best]))
 
 
 def summary(errs) -> str:
@@ -80,8 +93,7 @@ def main(write: bool = False) -> dict:
     default = Profile().scan_efficiency
     fits = {g: fit(cs) for g, cs in sorted(by_gpu.items())}
     # memory-bound: the fitted ceiling changes nothing against the default's (flat loss)
-    bound = {g for g, cs in by_gpu.items() if fits[g] > default
-             and loss(cs, default) <= loss(cs, fits[g]) + 1e-12}
+    bound = {g for g, cs in by_gpu.items() if loss(cs, default) <= loss(cs, fits[g]) + 1e-9}
     print(f"hybrid runs scored: {len(cases)}")
     base = [predict(c, None) / c.measured_step_s - 1 for c in cases]
     print(f"before the fit (scan_efficiency as the stack/GPU has it): {summary(base)}")

@@ -38,8 +38,8 @@ class Profile(Spec):
     `cost.ssm_mixer.scan_time`): the fraction of the dense BF16 peak their FLOPs reach at best.
     The scan's time is the longer of that and its kernels' HBM traffic (counted in
     `cost.mamba`, `cost.linear_attention`), and the scans of the shipped models are memory-bound
-    under this default: the traffic alone is the FLOPs' time at 7.6-10 % of the peak (H100 and
-    B300 runs fit 8-12 %). Default: an assumption (Triton chunk kernels on 64-128 tiles, below
+    under this default: the traffic alone is the FLOPs' time at 7.6-10 % of the peak (H100 runs
+    fit 8 %). Default: an assumption (Triton chunk kernels on 64-128 tiles, below
     the attention kernels' 45-60 %) that does not bind for them; fitted per GPU where the runs
     are slower than the traffic (`benchmarks/fit_scan_efficiency.py`; the stacks' `[profile]`
     tables)."""
