@@ -56,10 +56,16 @@ def moe_knobs(stack: str) -> dict[str, float]:
     return out
 
 
-def _moe_lines(stack: str) -> list[str]:
-    """The stack's MoE knobs as lines of its profile tables (the dense fits leave them alone)."""
-    return [f"{k} = {v:.4g}  # fitted across GPUs on the stack's MoE runs (benchmarks/fit_moe.py)"
-            for k, v in moe_knobs(stack).items()]
+def _kept_lines(stack: str, gpu: str) -> list[str]:
+    """What other fits wrote into the stack's table for `gpu`, which the dense fits leave alone:
+    the MoE knobs (cross-GPU, `benchmarks/fit_moe.py`) and the GPU's recurrent-scan ceiling
+    (`benchmarks/fit_scan_efficiency.py`), as the preset has them."""
+    from autoparallel.presets import load_stack
+
+    lines = [f"{k} = {v:.4g}  # fitted across GPUs on the stack's MoE runs (benchmarks/fit_moe.py)"
+             for k, v in moe_knobs(stack).items()]
+    scan = load_stack(stack).profile.get(gpu, {}).get("scan_efficiency")
+    return ([f"scan_efficiency = {scan:.4f}"] if scan is not None else []) + lines
 
 
 def _block(res) -> list[str]:
@@ -111,7 +117,7 @@ def main() -> None:
                 print("\n".join([f'[profile."{g}"]', *_block(res), ""]))
                 for stack in members:
                     tables.setdefault(stack, []).extend(
-                        [f'[profile."{g}"]', *_moe_lines(stack), *_block(res), ""])
+                        [f'[profile."{g}"]', *_kept_lines(stack, g), *_block(res), ""])
                     notes.setdefault(stack, []).append(f'"{g}" = "{note}"')
     print(f"({time.time() - t0:.0f} s)")
     if args.write:

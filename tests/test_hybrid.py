@@ -239,6 +239,10 @@ def test_layer_type_rule_and_reasons():
     p = make_problem(nano, "h100", 8, 4096, 64, stack=own)
     r = evaluate(p, LayoutTable.from_layouts([Layout(dp=8, ep=8, micro_batch=1)], 8, nano.n_layers))
     assert not r.reject[0] & Reject.LAYER_TYPE
+    # NeMo AutoModel (TorchTitan's parallelism, its own Mamba-2 mixers) declares them
+    p = make_problem(nano, "h100", 8, 4096, 64, stack="nemo-automodel")
+    r = evaluate(p, LayoutTable.from_layouts([Layout(dp=8, ep=8, micro_batch=1)], 8, nano.n_layers))
+    assert not r.reject[0] & Reject.LAYER_TYPE
 
 
 def test_stage_counts_follow_the_pattern():

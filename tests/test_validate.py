@@ -54,7 +54,7 @@ def test_rows_mapped_to_stacks_and_precisions(loaded):
     assert got["GT0061"] == ("megatron-core", "bf16")  # Megatron-Core r0.8.0
     assert got["GT0296"] == ("fsdp", "bf16")  # Composer/llm-foundry
     assert got["GT0524"] == ("nanotron", "bf16")
-    assert got["GT0733"] == ("torchtitan", "bf16")  # NeMo AutoModel (FSDP2/DTensor)
+    assert got["GT0733"] == ("nemo-automodel", "bf16")  # NeMo AutoModel (FSDP2/DTensor)
     assert got["GT0806"] == ("megatron-bridge", "fp8")  # Megatron-Bridge perf table, FP8-CS
     # what a row states overrides its stack: llm-foundry PURE bf16 reduces in bf16
     assert _case(cases, "GT0435").job["grad_reduce_dtype"] == "bf16"
@@ -339,3 +339,23 @@ def test_row_network_as_the_source_states_it():
     cases, _ = load_cases(frame[frame["source_key"].isin(["bloom_final", "llmfoundry_mpt"])].head(12))
     stated = {c.source: c.job.get("inter_gbps") for c in cases}
     assert stated == {"bloom_final": 6.25, "llmfoundry_mpt": None}
+
+
+def test_automodel_hybrid_rows_scored_on_their_own_stack():
+    # NeMo AutoModel's Nemotron-3 rows (docs/performance-summary.mdx, 26.02 / 26.04): the
+    # framework column names AutoModel, which runs the Mamba-2 mixers on mamba_ssm's kernels
+    # (`nemo-automodel` declares `hybrid_layers`); the layer_type rule refused them on torchtitan
+    from autoparallel.data import PUBLISHED_RUNS
+
+    frame = read_runs(PUBLISHED_RUNS)
+    cases, skipped = load_cases(frame[frame["source_key"] == "nemo_automodel_perf"])
+    got = {c.row_id: (c.stack, c.model.name) for c in cases}
+    assert got["GT0729"] == ("nemo-automodel", "nemotron-3-super")
+    assert got["GT0730"] == ("nemo-automodel", "nemotron-3-nano")
+    assert got["GT0731"] == ("nemo-automodel", "nemotron-3-ultra")
+    assert {c.stack for c in cases} == {"nemo-automodel"}
+    assert not any("layer_type" in r for r in skipped["reason"])
+    res = predict([c for c in cases if c.row_id in ("GT0729", "GT0730", "GT0731")])
+    # predicted on the TorchTitan family's H100 profile and the scan's memory floor (no
+    # Megatron-fitted knob): within 40 % of the measured 7.29, 15.61 and 10.05 s
+    assert np.all(np.abs(res["step_err"]) < 0.4)

@@ -193,14 +193,56 @@ def load_gpu(ref: str | GPUSpec) -> GPUSpec:
         raise SpecError(format_validation_error(exc, f"gpu ({source})")) from None
 
 
+STACK_TABLES = ("attention", "sources", "profile", "profile_notes")
+"""Stack keys holding tables that a stack which `extends` another merges key by key (its own
+entries replace the base's: a GPU's profile table, a field's source); any other key it sets
+replaces the base's value whole."""
+
+
+def _extended(data: dict, source: str, seen: tuple[str, ...] = ()) -> dict:
+    """A stack table with its `extends` resolved: the named stack preset's table (itself
+    resolved the same way) overlaid with this one's keys (`STACK_TABLES` merged key by key).
+    One stack's own settings are then declared once, in its own file, and a stack that runs the
+    same code with other defaults (NeMo AutoModel on TorchTitan's parallelism) states only what
+    differs."""
+    base_name = data.pop("extends", None)
+    if base_name is None:
+        return data
+    names = list_stacks()
+    if not isinstance(base_name, str) or base_name.lower() not in names:
+        close = difflib.get_close_matches(str(base_name).lower(), names, n=3, cutoff=0.5)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise SpecError(f"stack ({source}): `extends` = {base_name!r} is not a stack preset.{hint} "
+                        f"Presets: {', '.join(names)}")
+    base_name = base_name.lower()
+    if base_name in seen:
+        chain = " -> ".join((*seen, base_name))
+        raise SpecError(f"stack ({source}): `extends` runs in a circle ({chain}); a stack may "
+                        "extend a preset that does not extend it back")
+    base = _extended(copy.deepcopy(_preset_table("stacks", base_name)), f"preset {base_name}",
+                     (*seen, base_name))
+    merged = {**base, **{k: v for k, v in data.items() if k not in STACK_TABLES}}
+    for key in STACK_TABLES:
+        if key in data:
+            if not isinstance(data[key], dict):
+                merged[key] = data[key]  # the spec's own error names the field
+            else:
+                merged[key] = {**base.get(key, {}), **data[key]}
+    return merged
+
+
 @_preset_once
 def load_stack(ref: str | StackSpec) -> StackSpec:
-    """A `StackSpec` from a preset name or a TOML/JSON file."""
+    """A `StackSpec` from a preset name or a TOML/JSON file. A table with `extends = "<preset>"`
+    starts from that stack preset and overrides what it sets (`STACK_TABLES` merged key by key;
+    `_extended`), e.g. a user's stack file `extends = "megatron-core"` with `grad_dtype = "bf16"`."""
     if isinstance(ref, StackSpec):
         return ref
     names = list_stacks()
     key = str(ref).lower() if str(ref).lower() in names else str(ref)
     data, source = _resolve("stack", key, names)
+    own = source.removeprefix("preset ")
+    data = _extended(data, source, (own,) if source.startswith("preset ") else ())
     try:
         return StackSpec.validate_strict(data)
     except ValidationError as exc:

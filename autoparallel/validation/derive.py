@@ -79,10 +79,11 @@ def _stack(row, assumptions: list[str]) -> str:
     raise RowSkip("framework without a stack preset" + (f" ({text.split(' (')[0]})" if text else ""))
 
 
-STACK_ORDER = ("megatron-legacy", "megatron-bridge", "megatron-core", "torchtitan", "fsdp",
-               "nanotron", "deepspeed")
+STACK_ORDER = ("megatron-legacy", "megatron-bridge", "megatron-core", "nemo-automodel",
+               "torchtitan", "fsdp", "nanotron", "deepspeed")
 """Order in which stack patterns are tried (the narrower patterns first: legacy Megatron, then
-NVIDIA's tuned recipes before plain Megatron-Core)."""
+NVIDIA's tuned recipes before plain Megatron-Core, NeMo AutoModel before the FSDP2 stacks whose
+words its framework text also carries)."""
 
 
 def _zero(row, assumptions: list[str]) -> int:

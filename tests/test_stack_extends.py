@@ -1,0 +1,54 @@
+"""Stack presets and files that `extends` another stack preset (`presets._extended`): the base's
+settings, overridden by what the file sets, tables merged key by key; bad bases refused."""
+
+import pytest
+
+from autoparallel.errors import SpecError
+from autoparallel.presets import _extended, load_stack
+from autoparallel.validation.calibrate import kernel_family
+
+
+def test_a_stack_file_extends_a_preset(tmp_path):
+    path = tmp_path / "my-mcore.toml"
+    path.write_text('name = "my-mcore"\nextends = "megatron-core"\ngrad_dtype = "bf16"\n'
+                    '[sources]\ngrad_dtype = "our launcher sets grad_reduce_in_fp32 = False"\n'
+                    '[profile."h100"]\ngemm_efficiency = 0.5\n')
+    base, mine = load_stack("megatron-core"), load_stack(str(path))
+    assert (mine.name, mine.grad_dtype, base.grad_dtype) == ("my-mcore", "bf16", "fp32")
+    # every other setting is the base's
+    a, b = base.model_dump(), mine.model_dump()
+    assert sorted(k for k in a if a[k] != b[k]) == ["grad_dtype", "name", "profile", "sources"]
+    # tables merge key by key: the new source beside the base's, the h100 table replaced whole,
+    # the other GPUs' tables kept
+    assert mine.sources["grad_dtype"].startswith("our launcher")
+    assert mine.sources["tp_comm_overlap"] == base.sources["tp_comm_overlap"]
+    assert mine.profile["h100"] == {"gemm_efficiency": 0.5}
+    assert {g: mine.profile[g] for g in mine.profile if g != "h100"} == {
+        g: base.profile[g] for g in base.profile if g != "h100"}
+
+
+def test_nemo_automodel_is_torchtitan_with_hybrid_layers():
+    # AutoModel parallelises as TorchTitan does (FSDP2 / DTensor) and builds Nemotron-3's Mamba
+    # layers; it declares only what differs and shares TorchTitan's kernel family (one fit)
+    auto, titan = load_stack("nemo-automodel"), load_stack("torchtitan")
+    a, b = auto.model_dump(), titan.model_dump()
+    assert sorted(k for k in a if a[k] != b[k]) == [
+        "description", "frameworks", "hybrid_layers", "kernels", "name", "sources"]
+    assert auto.hybrid_layers and not titan.hybrid_layers
+    assert kernel_family("nemo-automodel") == kernel_family("torchtitan") == "torchtitan"
+    assert auto.profile == titan.profile
+
+
+def test_bad_bases_are_refused_with_the_field_named(tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text('name = "s"\nextends = "torchtitn"\n')
+    with pytest.raises(SpecError, match=r"`extends` = 'torchtitn' is not a stack preset\. "
+                                        r"Did you mean 'torchtitan'"):
+        load_stack(str(path))
+    path.write_text('name = "s"\nextends = 3\n')
+    with pytest.raises(SpecError, match=r"`extends` = 3 is not a stack preset.*Presets: "):
+        load_stack(str(path))
+    # a preset that would extend itself (or one of its own bases) is a circle
+    with pytest.raises(SpecError, match=r"runs in a circle \(torchtitan -> torchtitan\)"):
+        _extended({"name": "torchtitan", "extends": "torchtitan"}, "preset torchtitan",
+                  ("torchtitan",))
