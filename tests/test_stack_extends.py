@@ -28,13 +28,16 @@ def test_a_stack_file_extends_a_preset(tmp_path):
 
 
 def test_nemo_automodel_is_torchtitan_with_hybrid_layers():
-    # AutoModel parallelises as TorchTitan does (FSDP2 / DTensor) and builds Nemotron-3's Mamba
-    # layers; it declares only what differs and shares TorchTitan's kernel family (one fit)
+    # AutoModel parallelises as TorchTitan does (FSDP2 / DTensor), builds Nemotron-3's Mamba
+    # layers and keeps bf16 weights and moments; it declares only what differs and shares
+    # TorchTitan's kernel family (one fit)
     auto, titan = load_stack("nemo-automodel"), load_stack("torchtitan")
     a, b = auto.model_dump(), titan.model_dump()
     assert sorted(k for k in a if a[k] != b[k]) == [
-        "description", "frameworks", "hybrid_layers", "kernels", "name", "sources"]
+        "description", "frameworks", "hybrid_layers", "kernels", "name", "optimizer_dtype",
+        "sources"]
     assert auto.hybrid_layers and not titan.hybrid_layers
+    assert (auto.optimizer_dtype, titan.optimizer_dtype) == ("bf16", "fp32")
     assert kernel_family("nemo-automodel") == kernel_family("torchtitan") == "torchtitan"
     assert auto.profile == titan.profile
 
@@ -52,3 +55,23 @@ def test_bad_bases_are_refused_with_the_field_named(tmp_path):
     with pytest.raises(SpecError, match=r"runs in a circle \(torchtitan -> torchtitan\)"):
         _extended({"name": "torchtitan", "extends": "torchtitan"}, "preset torchtitan",
                   ("torchtitan",))
+
+
+def test_automodel_keeps_bf16_parameters_and_moments():
+    # AutoModel loads the model in bf16 (torch_dtype "auto" -> bfloat16) and steps torch Adam on
+    # it: bf16 parameters 2 + bf16 gradients 2 + bf16 moments 4 = 8 bytes per parameter, half of
+    # TorchTitan's fp32-sharded 16 (4 + 4 + 8), each sharded over the 8 ZeRO-3 ranks
+    from autoparallel import Layout, make_problem
+    from autoparallel.cost.model_arch import build_arch
+    from autoparallel.evaluate import evaluate
+    from autoparallel.layouts import LayoutTable
+
+    lay = Layout(dp=8, zero=3, micro_batch=1)  # 16 / (8 x 1) = 2 micro-batches: grads persist
+    states = {}
+    for stack in ("nemo-automodel", "torchtitan"):
+        p = make_problem("llama3-8b", "h100", 8, 4096, 16, stack=stack)
+        ev = evaluate(p, LayoutTable.from_layouts([lay], 8))
+        states[stack] = sum(float(ev.memory[k][0]) for k in ("params", "grads", "optimizer"))
+    n = build_arch(make_problem("llama3-8b", "h100", 8, 4096, 16).model).n_params
+    assert states["nemo-automodel"] == pytest.approx(8.0 * n / 8, rel=0.01)
+    assert states["torchtitan"] == pytest.approx(16.0 * n / 8, rel=0.01)
