@@ -242,6 +242,8 @@ MUTANTS: tuple[Mutant, ...] = (
       "opt = memory_bound_time(problem, shard * ADAM_BYTES)", "Adam does not read the gradient"),
     M("opt-adam-bytes", "cost/time.py", "ADAM_BYTES = 26.0", "ADAM_BYTES = 24.0",
       "Adam does not write the bf16 weight"),
+    M("opt-bf16-moments", "cost/time.py", "ADAM_BF16_BYTES = 12.0", "ADAM_BF16_BYTES = 26.0",
+      "bf16 moments streamed as if with an fp32 master copy"),
     M("opt-zero-cp", "cost/time.py", "d = (sub[\"dp\"] * sub[\"cp\"]).astype(np.float64)",
       "d = sub[\"dp\"].astype(np.float64)", "optimizer shard ignores CP"),
     M("opt-step-overhead", "cost/time.py",

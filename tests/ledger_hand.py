@@ -441,11 +441,13 @@ class Hand:
     def optimizer_item(self, x: Lay, stage: str) -> float:
         """Adam streams fp32 master, m and v (read + write, 24 bytes), writes the bf16 weight (2)
         and reads the gradient (its dtype) per locally owned parameter through HBM, plus the
-        profile's fixed step overhead."""
+        profile's fixed step overhead; with bf16 moments and no master copy it reads and writes
+        the bf16 weight, m and v (12 bytes) and reads the gradient."""
         dense, expert = self.stage_params(x, stage)
         d = x.dp * x.cp
         shard = dense / (d if x.zero >= 1 else 1) + expert / (d // x.ep if x.zero >= 1 else 1)
-        return self.hbm(shard * (26 + self.p.training.grad_bytes)) \
+        state = 26 if self.p.training.optimizer_dtype == "fp32" else 12
+        return self.hbm(shard * (state + self.p.training.grad_bytes)) \
             + self.prof.step_overhead_ms * 1e-3
 
     # ---------------------------------------------------------------- stage per micro-batch

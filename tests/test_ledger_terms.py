@@ -392,6 +392,17 @@ def test_optimizer_streams_the_local_shard(x):
         assert rec["time_s"]["optimizer"] == pytest.approx(expected, rel=REL)
 
 
+def test_bf16_moments_stream_half_the_optimizer_bytes():
+    # --optimizer-dtype bf16 (bf16 weights stepped in place, bf16 m and v: 2 + 2 + 2 read and
+    # written = 12 bytes, + the 4-byte fp32 gradient read) against the fp32 master's 26 + 4
+    x = Lay(dp=2, tp=2, cp=2, zero=1, sp=True)
+    rec, H = run(DENSE, x, optimizer_dtype="bf16")
+    assert rec["time_s"]["optimizer"] == pytest.approx(H.optimizer_item(x, "first"), rel=REL)
+    dense, _ = H.stage_params(x, "first")
+    expected = dense / 4 * (12 + 4) / (0.85 * 3.35e12) + H.prof.step_overhead_ms / 1e3
+    assert rec["time_s"]["optimizer"] == pytest.approx(expected, rel=REL)
+
+
 def test_step_is_the_sum_of_the_items():
     rec, _ = run(DENSE, Lay(dp=2, tp=2, pp=2, vp=2, sp=True))
     ts = rec["time_s"]

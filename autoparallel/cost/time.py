@@ -39,6 +39,7 @@ TIME_ITEMS = (
     "optimizer", "offload", "host",
 )
 ADAM_BYTES = 26.0  # per parameter: fp32 master r+w 8, m r+w 8, v r+w 8, bf16 param write 2; + grad read
+ADAM_BF16_BYTES = 12.0  # bf16 moments, no master (optimizer_dtype bf16): param r+w 4, m 4, v 4; + grad read
 DDP_BUCKET_PARAMS = 4e7  # Megatron DDP bucket, max(4e7, 1e6 * dp * cp) parameters (reference §0)
 
 
@@ -416,8 +417,11 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
                      tp_comm=m * v["tp"], cp_comm=m * v["cp"], ep_comm=m * v["ep"])
         # the optimizer steps the ZeRO shard (zero >= 1) or the whole stage (zero 0)
         shard = np.stack([dense / 1.0 + expert / 1.0, dense / d + expert / d_e])
-        opt = memory_bound_time(problem, shard * (ADAM_BYTES + gb))[sharded.astype(np.intp),
-                                                                      inverse]
+        if problem.training.optimizer_dtype == "bf16":  # the bf16 weights stepped in place
+            opt = memory_bound_time(problem, shard * (ADAM_BF16_BYTES + gb))
+        else:
+            opt = memory_bound_time(problem, shard * (ADAM_BYTES + gb))
+        opt = opt[sharded.astype(np.intp), inverse]
         off = (m * v["off"])[inverse]
         if offloaded:  # optimizer offload: the host steps that share (`cost.offload`)
             opt = opt * (1.0 - share)
