@@ -186,13 +186,27 @@ class JobWatchdog:
     _pid: int | None = None
 
     @classmethod
+    def _start(cls) -> None:
+        """Start the watchdog on first use (or in a forked child); call with `_lock` held."""
+        if cls._proc is None or cls._pid != os.getpid():
+            cls._proc = subprocess.Popen(
+                [sys.executable, "-I", "-c", _WATCHDOG_CODE, "5"], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            cls._pid = os.getpid()
+
+    @classmethod
+    def ready(cls) -> None:
+        """Have the watchdog running before a job starts, so that registering the job is one
+        pipe write: a worker killed while a first job starts would otherwise leave it unwatched
+        for as long as the watchdog's interpreter takes to start."""
+        if os.name == "posix":
+            with cls._lock:
+                cls._start()
+
+    @classmethod
     def _send(cls, line: str) -> None:
         with cls._lock:
-            if cls._proc is None or cls._pid != os.getpid():  # first use, or a forked child
-                cls._proc = subprocess.Popen(
-                    [sys.executable, "-I", "-c", _WATCHDOG_CODE, "5"], stdin=subprocess.PIPE,
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-                cls._pid = os.getpid()
+            cls._start()
             try:
                 cls._proc.stdin.write(line.encode() + b"\n")
                 cls._proc.stdin.flush()
@@ -251,6 +265,7 @@ def run_measurement(argv: Sequence[str], *, timeout_s: float, metric: MetricPars
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     timed_out = False
+    JobWatchdog.ready()
     with open(log_path, "wb") as log:
         try:
             proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT,
