@@ -68,6 +68,15 @@ def _kept_lines(stack: str, gpu: str) -> list[str]:
     return ([f"scan_efficiency = {scan:.4f}"] if scan is not None else []) + lines
 
 
+def _extends_member(stack: str, members: list[str]) -> bool:
+    """Whether the stack preset `extends` another stack of its kernel family, whose fitted
+    tables it then inherits (`presets._extended`) instead of carrying a copy."""
+    import tomllib
+
+    raw = tomllib.loads((STACKS / f"{stack}.toml").read_text(encoding="utf-8"))
+    return raw.get("extends") in members
+
+
 def _block(res) -> list[str]:
     lines = []
     for k, v in res.knobs.items():
@@ -116,6 +125,8 @@ def main() -> None:
             for g in grp:
                 print("\n".join([f'[profile."{g}"]', *_block(res), ""]))
                 for stack in members:
+                    if _extends_member(stack, members):
+                        continue  # inherits the tables of the member it extends
                     tables.setdefault(stack, []).extend(
                         [f'[profile."{g}"]', *_kept_lines(stack, g), *_block(res), ""])
                     notes.setdefault(stack, []).append(f'"{g}" = "{note}"')

@@ -407,6 +407,8 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
     d = (sub["dp"] * sub["cp"]).astype(np.float64)
     d_e = edp(sub)
     gb = float(problem.training.grad_bytes)
+    # bf16 moments with no master copy step the bf16 weights in place (`optimizer_dtype`)
+    adam = ADAM_BF16_BYTES if problem.training.optimizer_dtype == "bf16" else ADAM_BYTES
     offloaded = bool(np.any(t["oo"] > 0))
     share = t["oo"] / 100.0
     sync = _distinct_dp_sync(problem, arch, sub, groups, per_stage)
@@ -417,11 +419,7 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
                      tp_comm=m * v["tp"], cp_comm=m * v["cp"], ep_comm=m * v["ep"])
         # the optimizer steps the ZeRO shard (zero >= 1) or the whole stage (zero 0)
         shard = np.stack([dense / 1.0 + expert / 1.0, dense / d + expert / d_e])
-        if problem.training.optimizer_dtype == "bf16":  # the bf16 weights stepped in place
-            opt = memory_bound_time(problem, shard * (ADAM_BF16_BYTES + gb))
-        else:
-            opt = memory_bound_time(problem, shard * (ADAM_BYTES + gb))
-        opt = opt[sharded.astype(np.intp), inverse]
+        opt = memory_bound_time(problem, shard * (adam + gb))[sharded.astype(np.intp), inverse]
         off = (m * v["off"])[inverse]
         if offloaded:  # optimizer offload: the host steps that share (`cost.offload`)
             opt = opt * (1.0 - share)
