@@ -122,6 +122,37 @@ def test_rows_take_the_settings_of_the_recipe_they_match(rows):
     assert c.stack == "megatron-bridge" and match(rows["GT0547"], c.gpu, {}) is None
 
 
+def test_a_printed_layout_the_recipe_file_contradicts_is_replaced_and_said(rows):
+    # GT0903: Llama-3 70B NVFP4 on 64 GB300, NeMo 26.02.01. Its table prints PP 1, MBS 2
+    # without FSDP, and the Llama recipes recompute nothing: every layer's activations at MBS 2
+    # stay on one GPU. The v0.4.0 recipe (LLAMA3_70B_PRETRAIN_CONFIG_GB300_NVFP4_V2) and the
+    # 26.02 / 26.04 tables say PP 4, VP 5, MBS 1: the side table's `pp`, `vp`, `micro_batch`
+    # replace the printed degrees, dp follows (64 / 4 = 16), and the exact recipe match then
+    # applies (v0.4.0, recompute none)
+    c = case_from_row(rows["GT0903"])
+    lay = c.layout
+    assert (lay.dp, lay.tp, lay.pp, lay.vp, lay.micro_batch) == (16, 1, 4, 5, 1)
+    assert ("layout from the recipe file (moe_settings.csv): pp 4 (printed 1), vp 5 (printed 1), "
+            "micro-batch 1 (printed 2)") in c.assumptions
+    assert any(a.startswith("Megatron-Bridge recipe (v0.4.0)") for a in c.assumptions)
+    m = evaluate(c.problem(), c.table(), RULES).memory
+    assert m["fit_peak"][0] <= m["usable"][0]
+    # the printed layout as the table gives it does not fit: weights and gradients alone
+    printed = dict(rows["GT0903"], setting_pp=None, setting_vp=None, setting_micro_batch=None)
+    cp = case_from_row(printed)
+    assert (cp.layout.pp, cp.layout.micro_batch) == (1, 2)
+    mp = evaluate(cp.problem(), cp.table(), RULES).memory
+    # by hand, a lower bound: the bf16 inputs of the four linears of a layer alone, 2 bytes x
+    # s b (3 h + ffn) = 2 x 8192 x 2 x (3 x 8192 + 28672) = 1.74e9 B, x 80 layers = 130 GiB,
+    # beside 207 GiB of bf16 gradients and fp4/bf16 weights the ledger holds in 267 usable
+    assert mp["activations"][0] >= 2 * 8192 * 2 * (3 * 8192 + 28672) * 80
+    assert mp["fit_peak"][0] > mp["usable"][0] + 100 * GiB
+    # a row without corrections keeps its printed degrees (GT0939: 26.02, printed PP 4 VP 5)
+    c = case_from_row(rows["GT0939"])
+    assert (c.layout.pp, c.layout.vp) == (4, 5)
+    assert not any(a.startswith("layout from the recipe file") for a in c.assumptions)
+
+
 @pytest.mark.parametrize("row_id", ["GT0548", "GT0561", "GT0777"])
 def test_dgx_cloud_recipes_fit_with_the_stack_and_not_with_fp32_gradients(rows, row_id):
     # Llama-3 8B (8 H100, CP2) and 405B (1024 H100, TP8 PP8 VP8 CP2), no recompute: they ran; with

@@ -123,11 +123,20 @@ def _layout(row, n_gpus: int, gbs: int, zero: int, assumptions: list[str]) -> di
             raise RowSkip("incomplete layout (tp/pp not stated)")
     if min(tp, pp, cp, vp, ep) < 1:
         raise RowSkip("incomplete layout (a degree is 0)")
+    mb = _int(row, "mbs")
+    fixed = {f: _int(row, f"setting_{f}") for f in LAYOUT_FIELDS}
+    fixed = {f: v for f, v in fixed.items() if v}
+    if fixed:  # the degrees the recipe file ran where the table prints others (side table)
+        printed = {"pp": pp, "vp": vp, "micro_batch": mb}
+        said = ", ".join(f"{f.replace('_', '-')} {v} (printed {printed[f]})"
+                         for f, v in fixed.items())
+        pp, vp, mb = fixed.get("pp", pp), fixed.get("vp", vp), fixed.get("micro_batch", mb)
+        dp = n_gpus // (tp * pp * cp)
+        assumptions.append(f"layout from the recipe file (moe_settings.csv): {said}")
     if dp is None:
         dp = n_gpus // (tp * pp * cp)
     if dp * tp * pp * cp != n_gpus:
         raise RowSkip("layout does not multiply to the GPU count")
-    mb = _int(row, "mbs")
     ga = _int(row, "grad_accum")
     if not mb and ga and gbs % (dp * ga) == 0:
         mb = gbs // (dp * ga)
@@ -260,12 +269,16 @@ def _recompute(row, assumptions: list[str]) -> str | None:
     return None
 
 
+LAYOUT_FIELDS = ("pp", "vp", "micro_batch")
+"""Side-table fields that replace a row's printed degrees (any row, dense or MoE): where a
+source's table prints a layout its own recipe file contradicts, read by hand with the evidence
+in the side table's `source` (`_layout`)."""
 SETTING_FIELDS = ("etp", "moe_dispatcher", "moe_a2a_overlap", "cuda_graphs", "moe_routing",
-                  "recompute_modules", "zero", "offload_modules")
+                  "recompute_modules", "zero", "offload_modules") + LAYOUT_FIELDS
 """Fields of the settings side table (`runs.SETTINGS_FILE`): expert TP, dispatcher, overlap, CUDA
 graphs, routing and recompute modules mined from the source's launch configs
-(benchmarks/mine_bridge_recipes.py), and the ZeRO stage (Megatron-FSDP is ZeRO-3) and offloaded
-modules of recipes read by hand."""
+(benchmarks/mine_bridge_recipes.py), and the ZeRO stage (Megatron-FSDP is ZeRO-3), offloaded
+modules and corrected degrees (`LAYOUT_FIELDS`) of recipes read by hand."""
 
 
 def moe_settings(row, assumptions: list[str], is_moe: bool = False
