@@ -432,6 +432,11 @@ MUTANTS: tuple[Mutant, ...] = (
       '"megatron-core",\n               "torchtitan"',
       "NeMo AutoModel rows tried after the FSDP stacks whose words they carry",
       ("tests/test_validate.py",)),
+    M("layout-fix-dp-kept", "validation/derive.py",
+      "        dp = n_gpus // (tp * pp * cp)\n        assumptions.append(f\"layout from",
+      "        assumptions.append(f\"layout from",
+      "a row whose pipeline degree the recipe file corrects keeps its printed data-parallel "
+      "degree", ("tests/test_megatron_bridge.py",)),
     M("hybrid-stack-by-name", "cost/layer_rules.py",
       "    if not p.stack.hybrid_layers:\n        bad |= True",
       "    if p.stack.name not in (\"megatron-core\", \"megatron-bridge\"):\n        bad |= True",
