@@ -437,6 +437,11 @@ MUTANTS: tuple[Mutant, ...] = (
       "        assumptions.append(f\"layout from",
       "a row whose pipeline degree the recipe file corrects keeps its printed data-parallel "
       "degree", ("tests/test_megatron_bridge.py",)),
+    M("head-dim-not-from-preset", "validation/modelspec.py",
+      'if head_dim is not None and head_dim * need["heads"] != need["hidden"]:',
+      'if False:',
+      "a row whose heads are wider than hidden / heads keeps the narrower width",
+      ("tests/test_stack_extends.py",)),
     M("hybrid-stack-by-name", "cost/layer_rules.py",
       "    if not p.stack.hybrid_layers:\n        bad |= True",
       "    if p.stack.name not in (\"megatron-core\", \"megatron-bridge\"):\n        bad |= True",

@@ -66,6 +66,10 @@ def test_gpt_oss_120b_counts_with_the_model_cards_active_convention():
     total, active, arch = _counts("gpt-oss-120b")
     assert _within(total, 116.83e9, 0.01)
     assert _within(active - arch.p_embed, 5.13e9, 0.02)
+    # the same table: gpt-oss-20b 20.91B total, 3.61B active
+    total, active, arch = _counts("gpt-oss-20b")
+    assert _within(total, 20.91e9, 0.01)
+    assert _within(active - arch.p_embed, 3.61e9, 0.02)
 
 
 def _vit_params(v: dict) -> float:
@@ -240,7 +244,7 @@ def test_llama4_maverick_interleaves_dense_and_moe_layers():
     ("deepseek-v3", "deepseek-v3"), ("qwen3-235b-a22b", "qwen3-235b-a22b"),
     ("qwen3-30b-a3b", "qwen3-30b-a3b"), ("mixtral-8x22b", "mixtral-8x22b"),
     ("llama4-maverick", "llama-4-maverick-17b-128e"), ("llama4-scout", "llama-4-scout-17b-16e"),
-    ("gpt-oss-120b", "gpt-oss-120b"), ("kimi-k2", "kimi-k2-base"),
+    ("gpt-oss-120b", "gpt-oss-120b"), ("gpt-oss-20b", "gpt-oss-20b"), ("kimi-k2", "kimi-k2-base"),
 ])
 def test_moe_presets_agree_with_their_published_configs(preset, fixture):
     """Each MoE preset is the published config.json, field for field where the cost model reads

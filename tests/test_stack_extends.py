@@ -75,3 +75,29 @@ def test_automodel_keeps_bf16_parameters_and_moments():
     n = build_arch(make_problem("llama3-8b", "h100", 8, 4096, 16).model).n_params
     assert states["nemo-automodel"] == pytest.approx(8.0 * n / 8, rel=0.01)
     assert states["torchtitan"] == pytest.approx(16.0 * n / 8, rel=0.01)
+
+
+def test_automodel_gpt_oss_20b_row_reads_its_launch_config():
+    # GT0736 (AutoModel's GPT-OSS 20B on 8 H100): the summary's table prints EP '-'; the config
+    # it linked (examples/benchmark/configs/gptoss_20b_te_deepep.yaml @89e3a9fdd) says ep_size 8
+    # and activation_checkpointing true (full recompute), both in the settings side table. The
+    # row prints 64 heads over a hidden size of 2880, i.e. 45 wide, where gpt-oss's heads are 64
+    # wide (config.json head_dim 64): the gpt-oss-20b preset of the same shape gives it, so the
+    # Q projection is 2880 x 4096, not 2880 x 2880
+    from autoparallel.data import PUBLISHED_RUNS
+    from autoparallel.validation.runs import case_from_row, read_runs
+
+    frame = read_runs(PUBLISHED_RUNS)
+    row = {k: (None if v == "" else v)
+           for k, v in frame[frame.row_id == "GT0736"].iloc[0].to_dict().items()}
+    c = case_from_row(row)
+    assert c.stack == "nemo-automodel"
+    assert (c.layout.dp, c.layout.ep, c.layout.zero, c.layout.micro_batch) == (8, 8, 3, 2)
+    assert c.layout.recompute.value == "full"
+    assert c.model.head_dim == 64 and c.model.n_heads * c.model.head_dim == 4096
+    assert "head_dim 64 from the preset of the same shape" in c.assumptions
+    assert "layout from the recipe file (moe_settings.csv): ep 8 (printed none)" in c.assumptions
+    # without the side table the row states no EP: skipped with that reason
+    from autoparallel.validation.modelspec import RowSkip
+    with pytest.raises(RowSkip, match="ep not stated"):
+        case_from_row(dict(row, setting_ep=None))

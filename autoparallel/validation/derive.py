@@ -127,10 +127,11 @@ def _layout(row, n_gpus: int, gbs: int, zero: int, assumptions: list[str]) -> di
     fixed = {f: _int(row, f"setting_{f}") for f in LAYOUT_FIELDS}
     fixed = {f: v for f, v in fixed.items() if v}
     if fixed:  # the degrees the recipe file ran where the table prints others (side table)
-        printed = {"pp": pp, "vp": vp, "micro_batch": mb}
-        said = ", ".join(f"{f.replace('_', '-')} {v} (printed {printed[f]})"
+        printed = {"pp": pp, "vp": vp, "ep": _int(row, "ep"), "micro_batch": mb}
+        said = ", ".join(f"{f.replace('_', '-')} {v} (printed {printed[f] or 'none'})"
                          for f, v in fixed.items())
         pp, vp, mb = fixed.get("pp", pp), fixed.get("vp", vp), fixed.get("micro_batch", mb)
+        ep = fixed.get("ep", ep)
         dp = n_gpus // (tp * pp * cp)
         assumptions.append(f"layout from the recipe file (moe_settings.csv): {said}")
     if dp is None:
@@ -144,7 +145,8 @@ def _layout(row, n_gpus: int, gbs: int, zero: int, assumptions: list[str]) -> di
     if not mb:
         mb = 1
         assumptions.append("micro-batch not stated: 1")
-    if _num(row, "ep") is None and str(row.get("arch_type") or "").startswith("moe"):
+    if _num(row, "ep") is None and "ep" not in fixed and \
+            str(row.get("arch_type") or "").startswith("moe"):
         raise RowSkip("incomplete layout (ep not stated for an MoE run)")
     return dict(dp=dp, tp=tp, pp=pp, vp=vp, cp=cp, ep=ep, zero=zero, micro_batch=mb,
                 sp=_sequence_parallel(row, tp, assumptions)) | _offload(row)
@@ -266,19 +268,25 @@ def _recompute(row, assumptions: list[str]) -> str | None:
     if m:
         assumptions.append(f"recompute from the notes: {m.group(1).lower()}")
         return m.group(1).lower()
+    side = str(row.get("setting_recompute") or "").strip().lower()
+    if side in ("full", "selective", "none"):  # the launch config's (settings side table)
+        assumptions.append(f"recompute from the launch config (moe_settings.csv): {side}")
+        return side
     return None
 
 
-LAYOUT_FIELDS = ("pp", "vp", "micro_batch")
+LAYOUT_FIELDS = ("pp", "vp", "ep", "micro_batch")
 """Side-table fields that replace a row's printed degrees (any row, dense or MoE): where a
 source's table prints a layout its own recipe file contradicts, read by hand with the evidence
-in the side table's `source` (`_layout`)."""
+in the side table's `source` (`_layout`), or an EP degree a table leaves blank that its linked
+launch config states."""
 SETTING_FIELDS = ("etp", "moe_dispatcher", "moe_a2a_overlap", "cuda_graphs", "moe_routing",
-                  "recompute_modules", "zero", "offload_modules") + LAYOUT_FIELDS
+                  "recompute_modules", "recompute", "zero", "offload_modules") + LAYOUT_FIELDS
 """Fields of the settings side table (`runs.SETTINGS_FILE`): expert TP, dispatcher, overlap, CUDA
 graphs, routing and recompute modules mined from the source's launch configs
 (benchmarks/mine_bridge_recipes.py), and the ZeRO stage (Megatron-FSDP is ZeRO-3), offloaded
-modules and corrected degrees (`LAYOUT_FIELDS`) of recipes read by hand."""
+modules, recompute granularity and corrected degrees (`LAYOUT_FIELDS`) of recipes and launch
+configs read by hand."""
 
 
 def moe_settings(row, assumptions: list[str], is_moe: bool = False

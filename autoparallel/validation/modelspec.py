@@ -79,6 +79,19 @@ def _mla_from_preset(row) -> tuple[dict, dict, int] | None:
     return None
 
 
+def _head_dim_from_preset(row) -> int | None:
+    """The head width of a row whose notes give none: that of the packaged preset with the same
+    layers, hidden size, heads, KV heads and vocabulary, else None (the caller uses it where it
+    is not hidden / heads, e.g. gpt-oss: 64 heads of 64 over a hidden size of 2880)."""
+    shape = tuple(_int(row, c) for c in ("layers", "hidden", "heads", "kv_heads", "vocab"))
+    for name in list_models():
+        spec = load_model(name)
+        if spec.head_dim and (spec.n_layers, spec.hidden_size, spec.n_heads, spec.n_kv_heads,
+                              spec.vocab_size) == shape:
+            return spec.head_dim
+    return None
+
+
 HYBRID_NAMES = (
     (re.compile(r"nemotron[_ -]?(v?3)[_ -]?nano|nemotron v3 nano", re.I), "nemotron-3-nano"),
     (re.compile(r"nemotron[_ -]?(v?3)[_ -]?super|nemotron v3 super", re.I), "nemotron-3-super"),
@@ -142,6 +155,11 @@ def model_from_row(row) -> tuple[ModelSpec, list[str]]:
     m = re.search(r"head_dim (\d+)", text)
     if m:
         spec["head_dim"] = int(m.group(1))
+    else:
+        head_dim = _head_dim_from_preset(row)
+        if head_dim is not None and head_dim * need["heads"] != need["hidden"]:
+            spec["head_dim"] = head_dim
+            assumptions.append(f"head_dim {head_dim} from the preset of the same shape")
     experts, topk = _int(row, "moe_experts"), _int(row, "moe_topk")
     f_e, f = _int(row, "moe_expert_ffn"), _int(row, "ffn_hidden")
     m = re.search(r"(\d+) experts,? top-?k? ?(\d+)", f"{name} {text}", re.I)
