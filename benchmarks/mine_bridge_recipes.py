@@ -164,7 +164,9 @@ def settings(cfg: dict) -> dict[str, str]:
     backend = cfg.get("moe_flex_dispatcher_backend")
     impl, scope = cfg.get("cuda_graph_impl"), cfg.get("cuda_graph_scope") or []
     scope = [scope] if isinstance(scope, str) else list(scope)
-    if impl in (None, "none", "None") or not scope and impl != "local":
+    if impl == "full_iteration":  # the whole step captured (v0.5.x gpt-oss MXFP8 presets)
+        graphs = "full"
+    elif impl in (None, "none", "None") or not scope and impl != "local":
         graphs = "none"
     elif impl == "local" or "full_iteration" in scope:
         graphs = "full"
@@ -246,11 +248,19 @@ def main() -> None:
     args = ap.parse_args()
     out = mine(args.repo)
     if args.write:
+        # values read by hand (rows or fields the presets do not give) stay; mined ones are
+        # replaced
+        mined = {(r["row_id"], r["field"]) for r in out}
+        kept = [r for r in csv.DictReader(open(OUT, newline=""))
+                if (r["row_id"], r["field"]) not in mined] if OUT.exists() else []
+        rows = sorted(out + kept, key=lambda r: r["row_id"])
         with open(OUT, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=["row_id", "field", "value", "source"])
+            w = csv.DictWriter(f, fieldnames=["row_id", "field", "value", "source"],
+                               lineterminator="\n")
             w.writeheader()
-            w.writerows(out)
-        print(f"wrote {len(out)} values to {OUT}", file=sys.stderr)
+            w.writerows(rows)
+        print(f"wrote {len(out)} mined values and kept {len(kept)} read by hand in {OUT}",
+              file=sys.stderr)
     else:
         for r in out[:40]:
             print(r)

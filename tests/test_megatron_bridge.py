@@ -217,3 +217,34 @@ def test_one_chip_one_fit_and_the_nearest_peaks_for_the_rest():
     assert order == ["gb300", "b200", "gb200", "h100"]
     h800 = make_problem("llama3-8b", "h800", 8, 8192, 64, stack="megatron-bridge", precision="fp8")
     assert h800.profile_basis.startswith("megatron-bridge fitted on h100 (nearest GPU")
+
+
+def test_full_iteration_graph_presets_are_mined_as_full_graphs(rows):
+    # Megatron-Bridge v0.5.x: GPT_OSS_120B_PRETRAIN_CONFIG_GB300_FP8_MX_V2 sets
+    # cuda_graph_impl="full_iteration", cuda_graph_scope=[] (scripts/performance/configs/gpt_oss/
+    # gpt_oss_workload_base_configs.py); megatron/bridge/utils/cuda_graph.py
+    # is_full_iteration_cuda_graph: impl "full_iteration" -> True whatever the scope. It was
+    # mined as no graphs (the empty scope read as "none")
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[1] / "benchmarks" / "mine_bridge_recipes.py"
+    spec = importlib.util.spec_from_file_location("mine_bridge_recipes", path)
+    mine = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mine)
+    base = {"tensor_model_parallel_size": 1, "expert_tensor_parallel_size": 1}
+    graphs = {impl_scope: mine.settings(dict(base, cuda_graph_impl=impl_scope[0],
+                                             cuda_graph_scope=list(impl_scope[1])))["cuda_graphs"]
+              for impl_scope in [("full_iteration", ()), ("none", ("full_iteration",)),
+                                 ("local", ("full_iteration",)),
+                                 ("transformer_engine", ("attn", "moe_router")), (None, ())]}
+    assert graphs == {("full_iteration", ()): "full", ("none", ("full_iteration",)): "none",
+                      ("local", ("full_iteration",)): "full",
+                      ("transformer_engine", ("attn", "moe_router")): "scoped",
+                      (None, ()): "none"}
+    # the shipped side table agrees: GT0743 (26.08, that preset) runs with full graphs and
+    # HybridEP, so its MoE layers have static shapes and no exposed host time
+    c = case_from_row(rows["GT0743"])
+    assert (c.job["cuda_graphs"], c.job["moe_dispatcher"]) == ("full", "hybridep")
+    ev = evaluate(c.problem(), c.table(), RULES)
+    assert ev.time["host"][0] == 0.0
