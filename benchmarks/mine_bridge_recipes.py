@@ -15,7 +15,9 @@ expert TP = TP) and the benchmark scripts' common settings (`*_llm_pretrain.py`:
 balancing, selective recompute of the listed modules).
 
 Run: python benchmarks/mine_bridge_recipes.py --repo /path/to/Megatron-Bridge [--write]
-(a git clone; every tag v0.2.0 ... v0.5.1 is read with `git show`).
+(a git clone; every tag v0.2.0 ... v0.5.1 is read with `git show`). `--write` replaces the mined
+values and keeps those the side table holds read by hand (corrected layouts, launch configs of
+other sources).
 """
 
 from __future__ import annotations
@@ -248,11 +250,12 @@ def main() -> None:
     args = ap.parse_args()
     out = mine(args.repo)
     if args.write:
-        # values read by hand (rows or fields the presets do not give) stay; mined ones are
-        # replaced
+        # values read by hand (their source ends "(read by hand)": rows or fields no preset
+        # gives) stay; every mined value is replaced
         mined = {(r["row_id"], r["field"]) for r in out}
         kept = [r for r in csv.DictReader(open(OUT, newline=""))
-                if (r["row_id"], r["field"]) not in mined] if OUT.exists() else []
+                if (r["row_id"], r["field"]) not in mined
+                and r["source"].endswith("(read by hand)")] if OUT.exists() else []
         rows = sorted(out + kept, key=lambda r: r["row_id"])
         with open(OUT, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=["row_id", "field", "value", "source"],
