@@ -26,6 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autoparallel.data import PUBLISHED_RUNS  # noqa: E402
+from autoparallel.output.files import write_whole  # noqa: E402
 from autoparallel.presets import list_stacks, load_gpu  # noqa: E402
 from autoparallel.validation.calibrate import (  # noqa: E402
     fit, kernel_family, profile_fit_cases)
@@ -40,7 +41,8 @@ STACKS = Path(__file__).resolve().parents[1] / "autoparallel" / "presets" / "sta
 def _write(stack: str, tables: list[str]) -> None:
     path = STACKS / f"{stack}.toml"
     text = path.read_text(encoding="utf-8").split(MARKER)[0].rstrip() + "\n\n"
-    path.write_text(text + MARKER + "\n" + "\n".join(tables), encoding="utf-8")
+    # whole or not at all: a kill or a full disk leaves the shipped file as it was
+    write_whole("--write", path, text + MARKER + "\n" + "\n".join(tables))
 
 
 MOE_KNOBS = ("moe_host_overhead_us", "grouped_gemm_expert_us")

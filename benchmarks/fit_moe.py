@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from autoparallel.cost.model_arch import build_arch  # noqa: E402
 from autoparallel.cost.time import time_ledger  # noqa: E402
 from autoparallel.data import PUBLISHED_RUNS  # noqa: E402
+from autoparallel.output.files import write_whole  # noqa: E402
 from autoparallel.presets import list_stacks  # noqa: E402
 from autoparallel.validation.calibrate import KNOBS, kernel_family  # noqa: E402
 from autoparallel.validation.runs import load_cases, read_runs  # noqa: E402
@@ -122,7 +123,7 @@ def main() -> None:
         note = "  # fitted across GPUs on the stack's MoE runs (benchmarks/fit_moe.py)"
         lines = "".join(f"{k} = {v:.4g}{note}\n" for k, v in zip(MOE_KNOBS, x_all))
         text = re.sub(r'(\[profile\."[^"]+"\]\n)', lambda m: m.group(1) + lines, text)
-        path.write_text(text, encoding="utf-8")
+        write_whole("--write", path, text)  # whole or not at all
         print(f"wrote {path}")
 
 

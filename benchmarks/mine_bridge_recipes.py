@@ -25,10 +25,15 @@ from __future__ import annotations
 import argparse
 import ast
 import csv
+import io
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from autoparallel.output.files import write_whole  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RUNS = HERE.parent / "autoparallel" / "data" / "published_runs.csv"
@@ -257,11 +262,12 @@ def main() -> None:
                 if (r["row_id"], r["field"]) not in mined
                 and r["source"].endswith("(read by hand)")] if OUT.exists() else []
         rows = sorted(out + kept, key=lambda r: r["row_id"])
-        with open(OUT, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=["row_id", "field", "value", "source"],
-                               lineterminator="\n")
-            w.writeheader()
-            w.writerows(rows)
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=["row_id", "field", "value", "source"],
+                           lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+        write_whole("--write", OUT, buf.getvalue())  # whole or not at all
         print(f"wrote {len(out)} mined values and kept {len(kept)} read by hand in {OUT}",
               file=sys.stderr)
     else:

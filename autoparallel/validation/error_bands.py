@@ -98,8 +98,9 @@ def write_table(rows: list[BandRow], path, header: str = "") -> None:
     for r in rows:
         lines.append(",".join([r.quantity, r.stack, r.gpu, r.regime, str(r.runs), f"{r.p10:.4f}",
                                f"{r.p50:.4f}", f"{r.p90:.4f}", ";".join(r.sources)]))
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write("\n".join(lines) + "\n")
+    from ..output.files import write_whole
+
+    write_whole("--output", path, "\n".join(lines) + "\n")  # whole or not at all
 
 
 def table_of(rows: list[BandRow]) -> dict:

@@ -65,15 +65,25 @@ def stated_params(row) -> float | None:
     return b * 1e9 if b else None
 
 
+SHAPE_FIELDS = {"layers": "n_layers", "hidden": "hidden_size", "heads": "n_heads",
+                "kv_heads": "n_kv_heads", "vocab": "vocab_size"}
+"""Row column -> `ModelSpec` field, for matching a row to a packaged preset of its shape."""
+
+
+def _presets_shaped_like(row, columns: tuple[str, ...]):
+    """The packaged presets whose `columns` (keys of `SHAPE_FIELDS`) equal the row's."""
+    shape = tuple(_int(row, c) for c in columns)
+    for name in list_models():
+        spec = load_model(name)
+        if tuple(getattr(spec, SHAPE_FIELDS[c]) for c in columns) == shape:
+            yield spec
+
+
 def _mla_from_preset(row) -> tuple[dict, dict, int] | None:
     """MLA dims the row lacks, from a packaged preset with the same shape (DeepSeek-V3): the
     MLA table, the MoE table and the multi-token-prediction modules."""
-    for name in list_models():
-        spec = load_model(name)
-        if spec.mla is None:
-            continue
-        if (spec.n_layers, spec.hidden_size, spec.n_heads) == (
-                _int(row, "layers"), _int(row, "hidden"), _int(row, "heads")):
+    for spec in _presets_shaped_like(row, ("layers", "hidden", "heads")):
+        if spec.mla is not None:
             return (spec.mla.model_dump(), spec.moe.model_dump() if spec.moe else {},
                     spec.mtp_layers)
     return None
@@ -83,13 +93,8 @@ def _head_dim_from_preset(row) -> int | None:
     """The head width of a row whose notes give none: that of the packaged preset with the same
     layers, hidden size, heads, KV heads and vocabulary, else None (the caller uses it where it
     is not hidden / heads, e.g. gpt-oss: 64 heads of 64 over a hidden size of 2880)."""
-    shape = tuple(_int(row, c) for c in ("layers", "hidden", "heads", "kv_heads", "vocab"))
-    for name in list_models():
-        spec = load_model(name)
-        if spec.head_dim and (spec.n_layers, spec.hidden_size, spec.n_heads, spec.n_kv_heads,
-                              spec.vocab_size) == shape:
-            return spec.head_dim
-    return None
+    return next((spec.head_dim for spec in _presets_shaped_like(row, tuple(SHAPE_FIELDS))
+                 if spec.head_dim), None)
 
 
 HYBRID_NAMES = (
