@@ -171,12 +171,16 @@ def settings(cfg: dict) -> dict[str, str]:
     backend = cfg.get("moe_flex_dispatcher_backend")
     impl, scope = cfg.get("cuda_graph_impl"), cfg.get("cuda_graph_scope") or []
     scope = [scope] if isinstance(scope, str) else list(scope)
-    if impl == "full_iteration":  # the whole step captured (v0.5.x gpt-oss MXFP8 presets)
+    # Megatron-Bridge utils/cuda_graph.py `is_full_iteration_cuda_graph`: the whole step is
+    # captured for impl "full_iteration" (whatever the scope; v0.5.x gpt-oss MXFP8 presets) or
+    # impl "local" with a "full_iteration" scope; any other impl is not a whole-step capture
+    # (transformer_engine captures the scope's modules, and a "full_iteration" entry there
+    # names none of them)
+    modules = [s for s in scope if s != "full_iteration"]
+    if impl == "full_iteration" or impl == "local" and (not scope or "full_iteration" in scope):
         graphs = "full"
-    elif impl in (None, "none", "None") or not scope and impl != "local":
+    elif impl in (None, "none", "None") or not modules:
         graphs = "none"
-    elif impl == "local" or "full_iteration" in scope:
-        graphs = "full"
     else:
         graphs = "scoped"
     etp = cfg.get("expert_tensor_parallel_size")

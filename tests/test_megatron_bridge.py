@@ -237,9 +237,14 @@ def test_full_iteration_graph_presets_are_mined_as_full_graphs(rows):
                                              cuda_graph_scope=list(impl_scope[1])))["cuda_graphs"]
               for impl_scope in [("full_iteration", ()), ("none", ("full_iteration",)),
                                  ("local", ("full_iteration",)),
+                                 ("transformer_engine", ("full_iteration",)),
+                                 ("transformer_engine", ("attn", "full_iteration")),
                                  ("transformer_engine", ("attn", "moe_router")), (None, ())]}
     assert graphs == {("full_iteration", ()): "full", ("none", ("full_iteration",)): "none",
                       ("local", ("full_iteration",)): "full",
+                      # is_full_iteration_cuda_graph is False for impl transformer_engine
+                      ("transformer_engine", ("full_iteration",)): "none",
+                      ("transformer_engine", ("attn", "full_iteration")): "scoped",
                       ("transformer_engine", ("attn", "moe_router")): "scoped",
                       (None, ()): "none"}
     # the shipped side table agrees: GT0743 (26.08, that preset) runs with full graphs and
