@@ -29,7 +29,7 @@ from autoparallel.data import PUBLISHED_RUNS  # noqa: E402
 from autoparallel.output.files import write_whole  # noqa: E402
 from autoparallel.presets import list_stacks, load_gpu  # noqa: E402
 from autoparallel.validation.calibrate import (  # noqa: E402
-    fit, kernel_family, profile_fit_cases)
+    MOE_KNOBS, fit, kernel_family, profile_fit_cases)
 from autoparallel.validation.loso import group_of  # noqa: E402
 from autoparallel.validation.runs import load_cases, read_runs  # noqa: E402
 
@@ -43,9 +43,6 @@ def _write(stack: str, tables: list[str]) -> None:
     text = path.read_text(encoding="utf-8").split(MARKER)[0].rstrip() + "\n\n"
     # whole or not at all: a kill or a full disk leaves the shipped file as it was
     write_whole("--write", path, text + MARKER + "\n" + "\n".join(tables))
-
-
-MOE_KNOBS = ("moe_host_overhead_us", "grouped_gemm_expert_us")
 
 
 def moe_knobs(stack: str) -> dict[str, float]:
@@ -67,7 +64,8 @@ def _kept_lines(stack: str, gpu: str) -> list[str]:
     lines = [f"{k} = {v:.4g}  # fitted across GPUs on the stack's MoE runs (benchmarks/fit_moe.py)"
              for k, v in moe_knobs(stack).items()]
     scan = load_stack(stack).profile.get(gpu, {}).get("scan_efficiency")
-    return ([f"scan_efficiency = {scan:.4f}"] if scan is not None else []) + lines
+    # in the order the other writers keep: the MoE knobs first, then the scan ceiling
+    return lines + ([f"scan_efficiency = {scan:.4f}"] if scan is not None else [])
 
 
 def _extends_member(stack: str, members: list[str]) -> bool:

@@ -30,10 +30,9 @@ from autoparallel.cost.time import time_ledger  # noqa: E402
 from autoparallel.data import PUBLISHED_RUNS  # noqa: E402
 from autoparallel.output.files import write_whole  # noqa: E402
 from autoparallel.presets import list_stacks  # noqa: E402
-from autoparallel.validation.calibrate import KNOBS, kernel_family  # noqa: E402
+from autoparallel.validation.calibrate import KNOBS, MOE_KNOBS, kernel_family  # noqa: E402
 from autoparallel.validation.runs import load_cases, read_runs  # noqa: E402
 
-MOE_KNOBS = ("moe_host_overhead_us", "grouped_gemm_expert_us")
 STACKS = Path(__file__).resolve().parents[1] / "autoparallel" / "presets" / "stacks"
 FAMILIES = (("deepseek", r"deepseek"), ("qwen3-235b", r"235b"), ("qwen3-30b", r"30b"),
             ("gpt-oss", r"gpt[ _-]?oss"), ("kimi-k2", r"kimi"))

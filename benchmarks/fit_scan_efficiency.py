@@ -26,7 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autoparallel.evaluate import evaluate  # noqa: E402
+from autoparallel.output.files import write_whole  # noqa: E402
 from autoparallel.specs.hardware import Profile  # noqa: E402
+from autoparallel.validation.calibrate import MOE_KNOBS  # noqa: E402
 from autoparallel.validation.runs import load_cases, read_runs  # noqa: E402
 
 LO, HI = 0.02, 1.0
@@ -85,6 +87,17 @@ def summary(errs) -> str:
     return f"n {len(e)}, median |err| {np.median(e):.1%}, p90 {np.quantile(e, 0.9):.1%}"
 
 
+
+def with_scan_line(text: str, gpu: str, line: str) -> str:
+    """A stack preset's `text` with `line` (a `scan_efficiency = ...` line, or "" for none) as
+    the scan ceiling of its `[profile."<gpu>"]` table: after the header and the MoE knobs
+    (`benchmarks/fit_moe.py`), where the other writers keep it; a scan line already there is
+    replaced, not duplicated."""
+    return re.sub(r'(\[profile\."' + re.escape(gpu) + r'"\]\n(?:(?:' + "|".join(MOE_KNOBS)
+                  + r') = [^\n]*\n)*)(scan_efficiency = [^\n]*\n)?',
+                  lambda m: m.group(1) + line, text, count=1)
+
+
 def main(write: bool = False) -> dict:
     cases, skipped = hybrid_cases()
     by_gpu: dict[str, list] = {}
@@ -127,9 +140,8 @@ def main(write: bool = False) -> dict:
                 if head not in text:
                     continue
                 line = "" if g in bound else f"scan_efficiency = {v:.4f}\n"
-                text = re.sub(r'(\[profile\."' + g + r'"\]\n)(scan_efficiency = [^\n]*\n)?',
-                              lambda m: m.group(1) + line, text, count=1)
-            path.write_text(text)
+                text = with_scan_line(text, g, line)
+            write_whole("--write", path, text)  # whole or not at all
             print(f"wrote {path.name}")
     return fits
 

@@ -253,3 +253,31 @@ def test_full_iteration_graph_presets_are_mined_as_full_graphs(rows):
     assert (c.job["cuda_graphs"], c.job["moe_dispatcher"]) == ("full", "hybridep")
     ev = evaluate(c.problem(), c.table(), RULES)
     assert ev.time["host"][0] == 0.0
+
+
+def test_scan_writer_replaces_the_line_after_the_moe_knobs():
+    # benchmarks/fit_moe.py writes the MoE knobs at the top of each profile table and
+    # benchmarks/calibrate_stacks.py keeps them there, then the scan ceiling: the scan writer
+    # (benchmarks/fit_scan_efficiency.py) must replace that line, not add a second one after
+    # the header (a duplicate key: the preset would no longer parse)
+    import importlib.util
+    import pathlib
+    import tomllib
+
+    root = pathlib.Path(__file__).parents[1]
+    spec = importlib.util.spec_from_file_location(
+        "fit_scan_efficiency", root / "benchmarks" / "fit_scan_efficiency.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text = (root / "autoparallel" / "presets" / "stacks" / "megatron-bridge.toml").read_text()
+    shipped = tomllib.loads(text)["profile"]
+    assert "moe_host_overhead_us" in shipped["b200"] and "scan_efficiency" in shipped["b200"]
+    new = mod.with_scan_line(text, "b200", "scan_efficiency = 0.0500\n")
+    new = mod.with_scan_line(new, "h100", "scan_efficiency = 0.0620\n")  # none there before
+    new = mod.with_scan_line(new, "gb200", "")  # bound by memory: no knob
+    prof = tomllib.loads(new)["profile"]
+    assert prof["b200"]["scan_efficiency"] == 0.05 and prof["h100"]["scan_efficiency"] == 0.062
+    assert "scan_efficiency" not in prof["gb200"]
+    for gpu, table in prof.items():  # nothing else moved
+        rest = {k: v for k, v in table.items() if k != "scan_efficiency"}
+        assert rest == {k: v for k, v in shipped[gpu].items() if k != "scan_efficiency"}

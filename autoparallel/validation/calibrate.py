@@ -45,6 +45,9 @@ KNOBS: dict[str, tuple[float, float, float]] = {
 }
 """Knobs `calibrate` may fit: physical bounds and the prior width."""
 
+MOE_KNOBS = ("moe_host_overhead_us", "grouped_gemm_expert_us")
+"""The MoE knobs, fitted across GPUs on a stack's MoE runs (`benchmarks/fit_moe.py`, which writes
+them at the top of each profile table of the stack preset), not per GPU with the others."""
 DEFAULT_KNOBS = ("gemm_efficiency", "fp8_gemm_efficiency", "fp4_gemm_efficiency",
                  "attention_efficiency", "cudnn_attention_efficiency", "elementwise_factor",
                  "step_overhead_ms")
