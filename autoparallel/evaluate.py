@@ -194,6 +194,9 @@ class Evaluation:
     def _notes(self, i: int) -> list[str]:
         """What the figures of row i leave out that its layout makes matter."""
         notes = []
+        ignored = self.problem.ignored_moe_note()  # MoE settings given for a dense model
+        if ignored:
+            notes.append(ignored)
         if self.arch.hybrid is not None and int(self.table["pp"][i]) > 2:
             # `cost.layer_types._stage_counts`: the middle stage kind is rank 1's layers
             notes.append("the middle stage is costed as pipeline rank 1; another middle rank "
@@ -496,9 +499,9 @@ def _layout_error(problem: Problem, lay: Layout, flags: int) -> str:
         lines.append(
             (f"`tp` = {lay.tp}" if lay.expert_tp == lay.tp
              else f"`tp` = {lay.tp} or `etp` = {lay.expert_tp}")
-            + f" does not fit inside one NVLink domain of {c.nvlink_domain} GPUs; use a tp"
-            + ("" if lay.expert_tp == lay.tp else " and etp")
-            + " that divide the domain, or allow TP across nodes "
+            + f" does not fit inside one NVLink domain of {c.nvlink_domain} GPUs; use "
+            + ("a tp that divides" if lay.expert_tp == lay.tp else "a tp and an etp that divide")
+            + " the domain, or allow TP across nodes "
             "(--allow-tp-across-nodes prices it on the network)"
         )
     for extra in explain(flags & int(Reject.EP_NODE | Reject.A2A_OVERLAP | Reject.MOE_SP)):

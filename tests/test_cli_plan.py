@@ -76,6 +76,32 @@ def test_plan_header_names_the_moe_settings_beyond_the_stacks():
             in " ".join(r.stdout.split()))
 
 
+
+def test_moe_settings_for_a_dense_model_are_said_to_have_no_effect():
+    """MoE settings given for a dense model change none of its figures; `plan` and `estimate`
+    say so in one note naming the flags, instead of dropping them silently; an MoE model, or a
+    dense one at the stack's defaults, gets no such note."""
+    from autoparallel import Layout, estimate, make_problem
+
+    dense = ["--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq-len", "4096",
+             "--global-batch", "64"]
+    r = run_cli("plan", *dense, "--top", "1", "--moe-dispatcher", "deepep", "--moe-a2a-overlap")
+    assert r.returncode == 0, r.stderr
+    assert ("note: --moe-dispatcher deepep, --moe-a2a-overlap: no effect, llama3-8b is dense"
+            in " ".join(r.stdout.split()))
+    plain = estimate(make_problem("llama3-8b", "h100", 8, 4096, 64), Layout(tp=2))
+    moved = estimate(make_problem("llama3-8b", "h100", 8, 4096, 64, moe_dispatcher="deepep",
+                                  moe_routing="capacity"), Layout(tp=2))
+    assert moved["time_s"] == plain["time_s"] and moved["memory_gib"] == plain["memory_gib"]
+    assert plain["notes"] == []
+    assert moved["notes"] == ["--moe-dispatcher deepep, --moe-routing capacity, "
+                              "--moe-capacity-factor 1.0: no effect, llama3-8b is dense (no "
+                              "experts to dispatch, route or offload)"]
+    moe = estimate(make_problem("qwen3-30b-a3b", "h100", 8, 4096, 64, moe_dispatcher="deepep"),
+                   Layout(ep=8))
+    assert not any("no effect" in n for n in moe["notes"])
+
+
 def test_plan_json_schema():
     r = run_cli("plan", *P70, "--top", "3", "--format", "json")
     assert r.returncode == 0, r.stderr

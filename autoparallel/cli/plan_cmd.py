@@ -129,6 +129,9 @@ def print_plan(result, console, vs=None, *, note: str | None = None,
         console.print(forms)
     if vs is not None:
         console.print(f"versus {versus(result, vs)}")
+    ignored = result.problem.ignored_moe_note()  # MoE settings given for a dense model
+    if ignored:
+        console.print(f"note: {ignored}")
     rejected = dict(result.reject_counts)
     beaten = rejected.pop("cp_split_dominated", 0)  # not a rule: a search reduction
     if rejected:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._base import Spec
 from .hardware import ClusterSpec, Profile
-from .job import JOB_FIELDS, JobSpec
+from .job import JOB_FIELDS, JobSpec, job_words
 from .model import ModelSpec
 from .stack import StackSpec
 from .training import TrainingSpec
@@ -41,6 +41,24 @@ class Problem(Spec):
         """The MoE job settings (and offloaded modules) that differ from the stack's defaults,
         for an MoE model: {field: value} (`moe_settings_changed`)."""
         return moe_settings_changed(self.job.model_dump(), self.stack, self.model.moe is not None)
+
+    def ignored_moe_settings(self) -> dict:
+        """The MoE job settings (and offloaded modules) set away from the stack's defaults for a
+        dense model, which has no experts for them to act on: {field: value}; empty for an MoE
+        model."""
+        if self.model.moe is not None:
+            return {}
+        return moe_settings_changed(self.job.model_dump(), self.stack, True)
+
+    def ignored_moe_note(self) -> str | None:
+        """The line `estimate` (in its notes) and `plan` say when MoE settings were set for a
+        dense model (`ignored_moe_settings`): not silently dropped; None when there are none."""
+        ignored = self.ignored_moe_settings()
+        if not ignored:
+            return None
+        words = ", ".join(" ".join(job_words(k, v)) for k, v in ignored.items())
+        return (f"{words}: no effect, {self.model.name} is dense (no experts to dispatch, route "
+                "or offload)")
 
     def job_settings(self) -> dict:
         """Every job setting (JobSpec fields) as used, in declaration order."""
