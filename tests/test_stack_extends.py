@@ -101,3 +101,34 @@ def test_automodel_gpt_oss_20b_row_reads_its_launch_config():
     from autoparallel.validation.modelspec import RowSkip
     with pytest.raises(RowSkip, match="ep not stated"):
         case_from_row(dict(row, setting_ep=None))
+
+
+def test_gpt_oss_rows_take_the_sliding_window_of_the_preset_of_their_shape():
+    # The Megatron-Bridge tables print gpt-oss-120b's layers, widths, heads, KV heads, vocabulary
+    # and experts but no attention window; gpt-oss runs a 128-token window on the alternate
+    # half of its layers (HF openai/gpt-oss-120b config.json: sliding_window 128, layer_types
+    # alternating sliding_attention / full_attention over 36 layers; Megatron-Bridge
+    # gpt_oss_bridge.py sets window_size from it): the row takes it from the gpt-oss-120b
+    # preset, whose shape and 128 experts it shares, and says so. A row of the same dense shape
+    # but other experts would not match.
+    from autoparallel.data import PUBLISHED_RUNS
+    from autoparallel.validation.modelspec import _window_from_preset
+    from autoparallel.validation.runs import case_from_row, read_runs
+
+    frame = read_runs(PUBLISHED_RUNS)
+    row = {k: (None if v == "" else v)
+           for k, v in frame[frame.row_id == "GT0743"].iloc[0].to_dict().items()}
+    c = case_from_row(row)
+    assert (c.model.sliding_window, c.model.n_sliding_layers) == (128, 18)
+    assert "sliding window 128 on 18 layers from the preset of the same shape" in c.assumptions
+    assert _window_from_preset(dict(row, moe_experts=64)) is None
+    # the window shortens the attention of 18 of the 36 layers: at 4,096 tokens a causal layer
+    # attends to 2,048.5 keys per query on average, a 128-window layer to at most 128, so the
+    # step is faster than the same row without the window
+    from autoparallel.evaluate import evaluate
+    from autoparallel.validation.runs import RULES
+
+    wide = c.problem().model.model_copy(update={"sliding_window": None, "n_sliding_layers": None})
+    ev = evaluate(c.problem(), c.table(), RULES)
+    ev_wide = evaluate(c.problem().model_copy(update={"model": wide}), c.table(), RULES)
+    assert float(ev.time["compute"][0]) < float(ev_wide.time["compute"][0])

@@ -89,6 +89,18 @@ def _mla_from_preset(row) -> tuple[dict, dict, int] | None:
     return None
 
 
+def _window_from_preset(row) -> tuple[int, int | None] | None:
+    """(sliding window, layers that use it) of the packaged preset with the row's shape (layers,
+    hidden size, heads, KV heads, vocabulary) and experts, which no column of the table carries
+    (gpt-oss: a 128-token window on the alternate half of the layers, its HF config.json
+    `sliding_window` and `layer_types`); None when no such preset has a window."""
+    experts = _int(row, "moe_experts") or 0
+    for spec in _presets_shaped_like(row, tuple(SHAPE_FIELDS)):
+        if spec.sliding_window and (spec.moe.n_experts if spec.moe else 0) == experts:
+            return spec.sliding_window, spec.n_sliding_layers
+    return None
+
+
 def _head_dim_from_preset(row) -> int | None:
     """The head width of a row whose notes give none: that of the packaged preset with the same
     layers, hidden size, heads, KV heads and vocabulary, else None (the caller uses it where it
@@ -165,6 +177,11 @@ def model_from_row(row) -> tuple[ModelSpec, list[str]]:
         if head_dim is not None and head_dim * need["heads"] != need["hidden"]:
             spec["head_dim"] = head_dim
             assumptions.append(f"head_dim {head_dim} from the preset of the same shape")
+    window = None if re.search(r"sliding|window", text, re.I) else _window_from_preset(row)
+    if window is not None:
+        spec["sliding_window"], spec["n_sliding_layers"] = window
+        assumptions.append(f"sliding window {window[0]} on {window[1] or 'every'} layers from "
+                           "the preset of the same shape")
     experts, topk = _int(row, "moe_experts"), _int(row, "moe_topk")
     f_e, f = _int(row, "moe_expert_ffn"), _int(row, "ffn_hidden")
     m = re.search(r"(\d+) experts,? top-?k? ?(\d+)", f"{name} {text}", re.I)
