@@ -101,8 +101,32 @@ def test_estimate_table_shows_the_bands_of_its_json():
     flat = " ".join(r.stdout.split())
     ts, mem = rec["time_s"], rec["memory_gib"]
     assert f"(band {ts['step_low']:.3g}-{ts['step_high']:.3g} s" in flat
-    assert f"(band up to {mem['total_high']:.1f}) of {mem['usable']:.1f} usable" in flat
+    # the fit line quotes the figure the fit compares (the reserved peak, usable - headroom),
+    # the allocated peak beside it, and the allocated band
+    fit = mem["usable"] - mem["headroom"]
+    assert (f"fits: {fit:.1f} GiB reserved at the peak ({mem['total']:.1f} allocated) of "
+            f"{mem['usable']:.1f} usable") in flat
+    assert f"allocated band up to {mem['total_high']:.1f}" in flat
     assert ("memory risk" in flat) == rec["memory_risk"]
+
+
+def test_a_layout_refused_on_its_reserved_peak_says_so():
+    # Llama-3-8B on 8 H100, DP 8, ZeRO-1, micro-batch 1: the allocated peak fits under the usable
+    # memory but the caching allocator's reserve (allocated x 1.066 + 2 MiB, cost.device_memory)
+    # does not, which is what the fit compares; the line must quote that figure, not a smaller
+    # one beside "does not fit"
+    rec = json.loads(run_cli("estimate", *P8, "--format", "json").stdout)
+    mem = rec["memory_gib"]
+    assert not rec["fits"] and mem["total"] < mem["usable"] < mem["usable"] - mem["headroom"]
+    flat = " ".join(run_cli("estimate", *P8).stdout.split())
+    assert (f"does not fit: {mem['usable'] - mem['headroom']:.1f} GiB reserved at the peak "
+            f"({mem['total']:.1f} allocated) of {mem['usable']:.1f} usable") in flat
+    # with an explicit usable fraction the allocated peak is what is compared
+    rec = json.loads(run_cli("estimate", *P8, "--usable-fraction", "0.9", "--format",
+                             "json").stdout)
+    flat = " ".join(run_cli("estimate", *P8, "--usable-fraction", "0.9").stdout.split())
+    mem = rec["memory_gib"]
+    assert f"{mem['total']:.1f} GiB allocated of {mem['usable']:.1f} usable" in flat
 
 
 def test_versus_and_nothing_fits_quote_the_layouts_own_usable_memory():
@@ -111,8 +135,8 @@ def test_versus_and_nothing_fits_quote_the_layouts_own_usable_memory():
     r = run_cli("plan", *P8, "--keep", "0", "--top", "1", "--versus", est["slug"])
     flat = " ".join(r.stdout.split())
     m = est["memory_gib"]
-    assert (f"versus {est['slug']} does not fit: {m['usable'] - m['headroom']:.1f} GiB of its "
-            f"{m['usable']:.1f} usable") in flat
+    assert (f"versus {est['slug']} does not fit: {m['usable'] - m['headroom']:.1f} GiB reserved "
+            f"at the peak ({m['total']:.1f} allocated) of its {m['usable']:.1f} usable") in flat
 
 
 def test_the_export_line_of_plan_writes_its_first_layout(tmp_path, plan_json):

@@ -44,9 +44,10 @@ def _warn_if_unfit(problem, layout) -> None:
         return
     mem = rec["memory_gib"]
     if not rec["fits"]:
-        typer.echo(f"warning: {rec['slug']} is predicted not to fit: "
-                   f"{mem['usable'] - mem['headroom']:.1f} GiB per GPU of its "
-                   f"{mem['usable']:.1f} usable", err=True)
+        from ..search.explain import fit_figure_of
+
+        typer.echo(f"warning: {rec['slug']} is predicted not to fit: {fit_figure_of(rec)} per "
+                   f"GPU of its {mem['usable']:.1f} usable", err=True)
     elif rec["memory_risk"]:
         typer.echo(f"warning: {rec['slug']} may run out of memory: its memory band reaches "
                    f"{mem['total_high']:.1f} GiB per GPU, above its {mem['usable']:.1f} usable",

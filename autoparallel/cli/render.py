@@ -181,7 +181,7 @@ def estimate_settings(rec: dict) -> str:
 
 def print_estimate(rec: dict, console: Console | None = None) -> None:
     """Header line, the figures with their error bands, then both breakdowns."""
-    from ..search.explain import usable_basis_of
+    from ..search.explain import fit_figure_of, usable_basis_of
 
     console = console or make_console()
     mem, ts = rec["memory_gib"], rec["time_s"]
@@ -195,8 +195,8 @@ def print_estimate(rec: dict, console: Console | None = None) -> None:
         f"[b]{layout_slug(rec)}[/b]  grad_accum {rec['layout']['grad_accum']}"
     )
     console.print(
-        f"{fits}: {mem['total']:.1f} GiB (band up to {mem['total_high']:.1f}) of "
-        f"{mem['usable']:.1f} usable ({usable_basis_of(rec)}){risk}"
+        f"{fits}: {fit_figure_of(rec)} of {mem['usable']:.1f} usable ({usable_basis_of(rec)}); "
+        f"allocated band up to {mem['total_high']:.1f}{risk}"
     )
     band = rec["band"]
     console.print(

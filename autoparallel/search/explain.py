@@ -80,6 +80,18 @@ def usable_basis_of(rec: dict) -> str:
             else f"{cap:g} GiB less CUDA context and NCCL buffers")
 
 
+def fit_figure_of(rec: dict) -> str:
+    """The memory figure an estimate record's fit compares with its usable memory, in words:
+    '80.1 GiB reserved at the peak (75.2 allocated)' by default (the caching allocator's
+    reserve, `cost.memory.memory_ledger` `fit_peak`), '75.2 GiB allocated' with an explicit
+    `--usable-fraction` (the seed's rule). Every view that says whether a layout fits quotes it."""
+    mem = rec["memory_gib"]
+    fit = mem["usable"] - mem["headroom"]
+    if rec["job"].get("usable_fraction") is not None:
+        return f"{fit:.1f} GiB allocated"
+    return f"{fit:.1f} GiB reserved at the peak ({mem['total']:.1f} allocated)"
+
+
 def usable_memory_line(records: list[dict]) -> str:
     """'usable memory per GPU: 80 GiB less CUDA context and NCCL buffers, 76.2-77.7 GiB across
     these layouts (their communicators differ); ! = memory band above it (2 of 10)' from the
@@ -185,8 +197,8 @@ def versus(result, layout) -> str:
     name = layout.resolved(result.problem.cluster.n_gpus).slug
     if not rec["fits"]:
         mem = rec["memory_gib"]
-        return (f"{name} does not fit: {mem['usable'] - mem['headroom']:.1f} GiB of its "
-                f"{mem['usable']:.1f} usable ({usable_basis(result.problem)})")
+        return (f"{name} does not fit: {fit_figure_of(rec)} of its {mem['usable']:.1f} usable "
+                f"({usable_basis(result.problem)})")
     if not len(result.ranked):
         return f"{name}: {rec['time_s']['step']:.3f} s per step; nothing else fits"
     best = {k: float(result.ranked.time[k][0]) for k in TIME_ITEMS}
