@@ -194,7 +194,7 @@ class Evaluation:
     def _notes(self, i: int) -> list[str]:
         """What the figures of row i leave out that its layout makes matter."""
         notes = []
-        ignored = self.problem.ignored_moe_note()  # MoE settings given for a dense model
+        ignored = self.problem.ignored_note()  # settings given that change nothing here
         if ignored:
             notes.append(ignored)
         if self.arch.hybrid is not None and int(self.table["pp"][i]) > 2:

@@ -77,10 +77,11 @@ def test_plan_header_names_the_moe_settings_beyond_the_stacks():
 
 
 
-def test_moe_settings_for_a_dense_model_are_said_to_have_no_effect():
-    """MoE settings given for a dense model change none of its figures; `plan` and `estimate`
-    say so in one note naming the flags, instead of dropping them silently; an MoE model, or a
-    dense one at the stack's defaults, gets no such note."""
+def test_settings_that_change_nothing_are_said_to_have_no_effect():
+    """MoE settings given for a dense model, or low-precision parameter gathers at bf16, change
+    none of its figures; `plan` and `estimate` say so in one note naming the flags, instead of
+    dropping them silently; an MoE model, a low-precision recipe, or the stack's defaults get no
+    such note."""
     from autoparallel import Layout, estimate, make_problem
 
     dense = ["--model", "llama3-8b", "--gpu", "h100", "--gpus", "8", "--seq-len", "4096",
@@ -100,6 +101,16 @@ def test_moe_settings_for_a_dense_model_are_said_to_have_no_effect():
     moe = estimate(make_problem("qwen3-30b-a3b", "h100", 8, 4096, 64, moe_dispatcher="deepep"),
                    Layout(ep=8))
     assert not any("no effect" in n for n in moe["notes"])
+    # low-precision parameter gathers need a low-precision recipe: at bf16 the weights are
+    # gathered in 16 bits whatever the flag says (cost.time dp_sync_collectives: pb = 2 bytes)
+    p16 = make_problem("llama3-8b", "h100", 8, 4096, 64, fp8_param_gather=True)
+    rec = estimate(p16, Layout(tp=2))
+    assert rec["time_s"] == plain["time_s"] and rec["memory_gib"] == plain["memory_gib"]
+    assert rec["notes"] == ["--fp8-param-gather: no effect at --precision bf16 (its weights are "
+                            "gathered in 16 bits; a low-precision recipe, e.g. fp8 or mxfp8, "
+                            "keeps them in its format)"]
+    p8 = make_problem("llama3-8b", "h100", 8, 4096, 64, precision="fp8", fp8_param_gather=True)
+    assert estimate(p8, Layout(tp=2))["notes"] == []
 
 
 def test_plan_json_schema():

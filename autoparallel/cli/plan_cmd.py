@@ -129,7 +129,7 @@ def print_plan(result, console, vs=None, *, note: str | None = None,
         console.print(forms)
     if vs is not None:
         console.print(f"versus {versus(result, vs)}")
-    ignored = result.problem.ignored_moe_note()  # MoE settings given for a dense model
+    ignored = result.problem.ignored_note()  # settings given that change nothing here
     if ignored:
         console.print(f"note: {ignored}")
     rejected = dict(result.reject_counts)

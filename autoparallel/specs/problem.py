@@ -6,6 +6,7 @@ from ._base import Spec
 from .hardware import ClusterSpec, Profile
 from .job import JOB_FIELDS, JobSpec, job_words
 from .model import ModelSpec
+from .precision import recipe
 from .stack import StackSpec
 from .training import TrainingSpec
 
@@ -50,15 +51,23 @@ class Problem(Spec):
             return {}
         return moe_settings_changed(self.job.model_dump(), self.stack, True)
 
-    def ignored_moe_note(self) -> str | None:
-        """The line `estimate` (in its notes) and `plan` say when MoE settings were set for a
-        dense model (`ignored_moe_settings`): not silently dropped; None when there are none."""
+    def ignored_note(self) -> str | None:
+        """The line `estimate` (in its notes) and `plan` say when settings were given that change
+        nothing for this problem, instead of dropping them silently: MoE settings for a dense
+        model (`ignored_moe_settings`), low-precision parameter gathers without a low-precision
+        recipe; None when there are none."""
+        parts = []
         ignored = self.ignored_moe_settings()
-        if not ignored:
-            return None
-        words = ", ".join(" ".join(job_words(k, v)) for k, v in ignored.items())
-        return (f"{words}: no effect, {self.model.name} is dense (no experts to dispatch, route "
-                "or offload)")
+        if ignored:
+            words = ", ".join(" ".join(job_words(k, v)) for k, v in ignored.items())
+            parts.append(f"{words}: no effect, {self.model.name} is dense (no experts to "
+                         "dispatch, route or offload)")
+        if (self.job.fp8_param_gather and not self.stack.low_precision_allgather
+                and not recipe(self.job.precision).low):
+            parts.append(f"--fp8-param-gather: no effect at --precision {self.job.precision} "
+                         "(its weights are gathered in 16 bits; a low-precision recipe, e.g. "
+                         "fp8 or mxfp8, keeps them in its format)")
+        return "; ".join(parts) or None
 
     def job_settings(self) -> dict:
         """Every job setting (JobSpec fields) as used, in declaration order."""
