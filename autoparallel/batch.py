@@ -115,9 +115,11 @@ def read_layouts_csv(path: str | Path) -> pd.DataFrame:
     required = [c for c in INPUT_COLUMNS if c not in _OPTIONAL_DEFAULTS]
     missing = [c for c in required if c not in frame.columns]
     if missing:
+        optional = [c for c in INPUT_COLUMNS if c in _OPTIONAL_DEFAULTS]
         raise SpecError(
-            f"--input {path}: missing column(s) {', '.join(missing)}; expected columns "
-            f"{', '.join(INPUT_COLUMNS)}"
+            f"--input {path}: missing column(s) {', '.join(missing)}; required columns "
+            f"{', '.join(required)}; optional {', '.join(optional)}, the context-parallel form "
+            "(cp_comm, cp_a2a), stage_layers and any job setting (blank cells take the defaults)"
         )
     for col in _OPTIONAL_DEFAULTS:
         if col not in frame.columns and col not in LAYOUT_OPTIONAL:
@@ -125,9 +127,10 @@ def read_layouts_csv(path: str | Path) -> pd.DataFrame:
     return frame
 
 
-def score_frame(frame: pd.DataFrame, profile: str | None = None) -> pd.DataFrame:
+def score_frame(frame: pd.DataFrame, profile: str | None = None, rules=None) -> pd.DataFrame:
     """Score every row; returns the input columns plus ledger columns and `error`. Rows with the
-    same problem and job settings are evaluated together (one vectorised call)."""
+    same problem and job settings are evaluated together (one vectorised call). `rules`: the
+    active rules (default `rules.active_rules()`)."""
     parsed: list[tuple | None] = []
     errors: list[str] = [""] * len(frame)
     notes: list[str] = [""] * len(frame)
@@ -174,7 +177,8 @@ def score_frame(frame: pd.DataFrame, profile: str | None = None) -> pd.DataFrame
             continue
         filled = [with_default_split(problem, parsed[i][1]) for i in rows]
         layouts = [lay.resolved(n_gpus) for lay, _ in filled]
-        ev = evaluate(problem, LayoutTable.from_layouts(layouts, n_gpus, problem.model.n_layers))
+        ev = evaluate(problem, LayoutTable.from_layouts(layouts, n_gpus, problem.model.n_layers),
+                      rules)
         cols = ev.columns()
         broken = ev.reject.astype(np.int64) & ~np.int64(int(Reject.OOM))
         scored = [j for j in range(len(rows)) if not broken[j]]

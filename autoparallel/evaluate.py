@@ -436,11 +436,17 @@ def _layout_error(problem: Problem, lay: Layout, flags: int) -> str:
             "uneven split with equal middle stages within a layer of the balanced load exists: "
             "give one (`stage_layers`, e.g. 7,8x14,7) or a pp that divides the layers"
         )
-    if flags & Reject.SEQ:
-        lines.append(
-            f"`seq_len` ({tr.seq_len}) must be divisible by 2 x cp = {2 * lay.cp} when cp > 1 and, "
-            f"with SP, its CP share by tp = {lay.tp}"
-        )
+    if flags & Reject.SEQ:  # the part of the rule (`rules._seq`) this layout breaks
+        s = tr.seq_len
+        if lay.cp > 1 and s % (2 * lay.cp):
+            lines.append(f"`seq_len` ({s}) must be divisible by 2 x cp = {2 * lay.cp} (the "
+                         "load-balanced ring splits each sequence into 2 x cp chunks); use a cp "
+                         f"that divides {s // 2}")
+        if lay.sp and (s // lay.cp) % lay.tp:
+            share = "" if lay.cp == 1 else f"'s CP share ({s // lay.cp})"
+            lines.append(f"`seq_len` ({s}){share} must be divisible by tp = {lay.tp} with "
+                         "sequence parallelism (each TP rank keeps a whole slice of it); use a "
+                         "tp that divides it, or turn SP off")
     if flags & Reject.CP_HEADS:
         u = lay.cp if lay.cp_form == CpComm.A2A else (lay.cp_a2a or 1)
         q = m.n_heads // lay.tp

@@ -142,6 +142,50 @@ def test_batch_csv_missing_column(tmp_path):
     f.write_text("model,gpu\nllama3-8b,h100\n")
     r = run_cli("estimate", "--input", f)
     assert r.returncode == 2 and "missing column(s) n_gpus" in r.stderr
+    # the message says which columns are required and which may be left out
+    assert "required columns model, gpu, n_gpus, seq_len, global_batch, tp, pp;" in r.stderr
+    assert "optional gpus_per_node, dp, vp, cp, ep, etp, zero, recompute, sp, micro_batch" \
+        in " ".join(r.stderr.split())
+
+
+def test_estimate_takes_the_flag_its_tp_refusal_names(tmp_path):
+    # TP 16 on 8-GPU nodes breaks the tp_in_node rule, whose message names
+    # --allow-tp-across-nodes: estimate (single and batch) takes that flag, as plan and sweep do,
+    # and then prices the layout with its TP group on the network
+    p = ["--model", "llama3-70b", "--gpu", "h100", "--gpus", "16", "--seq-len", "4096",
+         "--global-batch", "64", "--tp", "16"]
+    r = run_cli("estimate", *p)
+    assert r.returncode == 2 and "--allow-tp-across-nodes" in r.stderr
+    r = run_cli("estimate", *p, "--allow-tp-across-nodes", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(r.stdout)
+    assert rec["layout"]["tp"] == 16 and rec["time_s"]["tp_comm"] > 0
+    f = tmp_path / "in.csv"
+    f.write_text("model,gpu,n_gpus,seq_len,global_batch,tp,pp\n"
+                 "llama3-70b,h100,16,4096,64,16,1\n")
+    out = pd.read_csv(io.StringIO(run_cli("estimate", "--input", f).stdout), keep_default_na=False)
+    assert "--allow-tp-across-nodes" in out.loc[0, "error"]
+    r = run_cli("estimate", "--input", f, "--allow-tp-across-nodes")
+    out = pd.read_csv(io.StringIO(r.stdout), keep_default_na=False)
+    assert out.loc[0, "error"] == "" and float(out.loc[0, "time_step_s"]) == pytest.approx(
+        rec["time_s"]["step"])
+
+
+@pytest.mark.parametrize("args, says, not_says", [
+    # cp 3: 4096 tokens do not split into 2 x 3 ring chunks; SP at tp 1 is fine
+    (["--gpus", "6", "--global-batch", "60", "--cp", "3"], "divisible by 2 x cp = 6", "tp ="),
+    # 4100 tokens split into 2 x 2 chunks, but the CP share 2050 does not divide by tp 4
+    (["--gpus", "8", "--seq-len", "4100", "--cp", "2", "--tp", "4"],
+     "`seq_len` (4100)'s CP share (2050) must be divisible by tp = 4", "2 x cp"),
+])
+def test_sequence_refusal_names_the_part_the_layout_breaks(args, says, not_says):
+    base = {"--model": "llama3-8b", "--gpu": "h100", "--gpus": "8", "--seq-len": "4096",
+            "--global-batch": "64"}
+    pairs = dict(zip(args[::2], args[1::2]))
+    argv = [x for k, v in (base | pairs).items() for x in (k, v)]
+    r = run_cli("estimate", *argv)
+    err = " ".join(r.stderr.split())
+    assert r.returncode == 2 and says in err and not_says not in err
 
 
 def test_presets_and_schema_commands():

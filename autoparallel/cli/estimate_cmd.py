@@ -9,7 +9,7 @@ import typer
 from ..errors import SpecError
 from ..output.files import strict_json, write_whole
 from . import command
-from .options import (OUTPUT, Fmt, FormatOpt, ProblemOptions, layout_options_class,
+from .options import (LAYOUT, OUTPUT, Fmt, FormatOpt, ProblemOptions, layout_options_class,
                       with_options)
 from .outputs import check_output
 
@@ -22,9 +22,14 @@ def estimate_command(
     fmt: FormatOpt = Fmt.table,
     input: Annotated[Optional[str], typer.Option("--input", help="Batch mode: a CSV of layouts to score (one problem per row).", rich_help_panel=OUTPUT, metavar="CSV", show_default=False)] = None,
     output: Annotated[Optional[str], typer.Option("--output", help="Batch mode: the CSV to write (default: stdout).", rich_help_panel=OUTPUT, metavar="FILE", show_default=False)] = None,
+    allow_tp_across_nodes: Annotated[bool, typer.Option("--allow-tp-across-nodes", help="Let TP groups span nodes (priced on the network), as plan's flag does.", rich_help_panel=LAYOUT)] = False,
 ) -> None:
     """Memory per GPU and time per step of one layout, each as a breakdown."""
+    from ..rules import active_rules
+
     check_output("--output", output)
+    # the rule that refuses it names this flag (`evaluate.explain_layout`), on every command
+    rules = active_rules(disabled=["tp_in_node"] if allow_tp_across_nodes else [])
     if input is not None:
         from rich.console import Console
 
@@ -33,7 +38,7 @@ def estimate_command(
         if layout.flags():
             raise SpecError(f"--input takes each row's layout from the CSV; drop "
                             f"{', '.join(layout.flags())}")
-        scored = score_frame(read_layouts_csv(input), profile=problem.profile)
+        scored = score_frame(read_layouts_csv(input), profile=problem.profile, rules=rules)
         if output:
             write_whole("--output", output, scored.to_csv(index=False))
             bad = int((scored["error"] != "").sum())
@@ -54,7 +59,7 @@ def estimate_command(
     built = problem.build()
     from ..evaluate import estimate
 
-    rec = estimate(built, lay)
+    rec = estimate(built, lay, rules=rules)
     for note in rec["notes"]:
         typer.echo(f"note: {note}", err=True)
     if fmt == Fmt.json:
