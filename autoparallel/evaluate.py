@@ -441,7 +441,7 @@ def _layout_error(problem: Problem, lay: Layout, flags: int) -> str:
         if lay.cp > 1 and s % (2 * lay.cp):
             lines.append(f"`seq_len` ({s}) must be divisible by 2 x cp = {2 * lay.cp} (the "
                          "load-balanced ring splits each sequence into 2 x cp chunks); use a cp "
-                         f"that divides {s // 2}")
+                         f"with 2 x cp dividing {s}, or a sequence length divisible by {2 * lay.cp}")
         if lay.sp and (s // lay.cp) % lay.tp:
             share = "" if lay.cp == 1 else f"'s CP share ({s // lay.cp})"
             lines.append(f"`seq_len` ({s}){share} must be divisible by tp = {lay.tp} with "

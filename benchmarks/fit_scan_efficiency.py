@@ -87,7 +87,6 @@ def summary(errs) -> str:
     return f"n {len(e)}, median |err| {np.median(e):.1%}, p90 {np.quantile(e, 0.9):.1%}"
 
 
-
 def with_scan_line(text: str, gpu: str, line: str) -> str:
     """A stack preset's `text` with `line` (a `scan_efficiency = ...` line, or "" for none) as
     the scan ceiling of its `[profile."<gpu>"]` table: after the header and the MoE knobs

@@ -175,7 +175,8 @@ def settings(cfg: dict) -> dict[str, str]:
     # captured for impl "full_iteration" (whatever the scope; v0.5.x gpt-oss MXFP8 presets) or
     # impl "local" with a "full_iteration" scope; any other impl is not a whole-step capture
     # (transformer_engine captures the scope's modules, and a "full_iteration" entry there
-    # names none of them)
+    # names none of them); "local" with an empty scope, which Bridge's
+    # validate_cuda_graph_configuration refuses, stays read as full, as before
     modules = [s for s in scope if s != "full_iteration"]
     if impl == "full_iteration" or impl == "local" and (not scope or "full_iteration" in scope):
         graphs = "full"

@@ -28,7 +28,7 @@ def estimate_command(
     from ..rules import active_rules
 
     check_output("--output", output)
-    # the rule that refuses it names this flag (`evaluate.explain_layout`), on every command
+    # the TP-domain refusal names this flag (`evaluate._layout_error`), on every command
     rules = active_rules(disabled=["tp_in_node"] if allow_tp_across_nodes else [])
     if input is not None:
         from rich.console import Console

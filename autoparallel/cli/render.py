@@ -163,10 +163,9 @@ def settings_text(changed: dict) -> str:
     """` (--moe-dispatcher deepep, --no-moe-a2a-overlap, --moe-capacity-factor 1.5)`: job
     settings as the flags that set them (`specs.job.job_words`), or '' for none
     (`specs.problem.moe_settings_changed`)."""
-    from ..specs.job import job_words
+    from ..specs.job import flags_text
 
-    words = [" ".join(job_words(k, v)) for k, v in changed.items()]
-    return " (" + ", ".join(words) + ")" if words else ""
+    return f" ({flags_text(changed)})" if changed else ""
 
 
 def estimate_settings(rec: dict) -> str:

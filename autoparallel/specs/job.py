@@ -104,6 +104,12 @@ def job_flag(name: str) -> str:
     return str(extra["cli"]).split("/")[0]
 
 
+def flags_text(settings: dict) -> str:
+    """Job settings as the flags that set them, comma-separated: `--moe-dispatcher deepep,
+    --no-moe-a2a-overlap` (`job_words`); '' for none."""
+    return ", ".join(" ".join(job_words(k, v)) for k, v in settings.items())
+
+
 def job_words(name: str, value) -> list[str]:
     """A job setting as the command-line words that set it: `["--moe-dispatcher", "deepep"]`,
     `["--moe-a2a-overlap"]` / `["--no-moe-a2a-overlap"]` for a switch."""

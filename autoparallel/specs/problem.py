@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ._base import Spec
 from .hardware import ClusterSpec, Profile
-from .job import JOB_FIELDS, JobSpec, job_words
+from .job import JOB_FIELDS, JobSpec, flags_text
 from .model import ModelSpec
 from .precision import recipe
 from .stack import StackSpec
@@ -59,8 +59,7 @@ class Problem(Spec):
         parts = []
         ignored = self.ignored_moe_settings()
         if ignored:
-            words = ", ".join(" ".join(job_words(k, v)) for k, v in ignored.items())
-            parts.append(f"{words}: no effect, {self.model.name} is dense (no experts to "
+            parts.append(f"{flags_text(ignored)}: no effect, {self.model.name} is dense (no experts to "
                          "dispatch, route or offload)")
         if (self.job.fp8_param_gather and not self.stack.low_precision_allgather
                 and not recipe(self.job.precision).low):

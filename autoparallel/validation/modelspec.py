@@ -177,7 +177,7 @@ def model_from_row(row) -> tuple[ModelSpec, list[str]]:
         if head_dim is not None and head_dim * need["heads"] != need["hidden"]:
             spec["head_dim"] = head_dim
             assumptions.append(f"head_dim {head_dim} from the preset of the same shape")
-    window = None if re.search(r"sliding|window", text, re.I) else _window_from_preset(row)
+    window = _window_from_preset(row)  # no row of the table prints one
     if window is not None:
         spec["sliding_window"], spec["n_sliding_layers"] = window
         assumptions.append(f"sliding window {window[0]} on {window[1] or 'every'} layers from "
