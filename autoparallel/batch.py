@@ -39,6 +39,34 @@ SPLIT_COLUMN = "stage_layers"
 `plan` takes where pp x vp does not divide the layers (`splits.with_default_split`). The
 output holds the split each row was scored with and a `note` where it was filled in."""
 _TRUE, _FALSE = {"1", "true", "yes", "on", "t", "y"}, {"0", "false", "no", "off", "f", "n"}
+OUTPUT_COLUMNS = ("fits", "mfu", "tokens_per_s_per_gpu", "note", "error")
+"""Columns `score_frame` adds besides the `mem_*` / `time_*` ledger columns: an output read back
+as input keeps them and is scored again."""
+
+
+def _unknown_columns(columns) -> str | None:
+    """Why the header cannot be read, or None: a column named twice (pandas renames the second
+    `x.1`) or one that is no input (a typo would otherwise be scored at its default)."""
+    import difflib
+    import re
+
+    known = set(INPUT_COLUMNS) | set(LAYOUT_OPTIONAL) | {SPLIT_COLUMN} | set(JOB_COLUMNS)
+    for col in columns:
+        base = re.sub(r"\.\d+$", "", col)
+        if base != col and base in columns:
+            return f"column `{base}` appears more than once"
+    unknown = [c for c in columns if c not in known and c not in OUTPUT_COLUMNS
+               and not c.startswith(("mem_", "time_"))]
+    if not unknown:
+        return None
+    hints = []
+    for c in unknown:
+        near = difflib.get_close_matches(c, sorted(known), n=1, cutoff=0.6)
+        hints.append(f"`{c}`" + (f" (did you mean {near[0]}?)" if near else ""))
+    return (f"unknown column(s) {', '.join(hints)}; the columns are the problem's "
+            f"({', '.join(PROBLEM_COLUMNS)}), the layout's ({', '.join(INPUT_COLUMNS[6:])}, "
+            f"{', '.join(LAYOUT_OPTIONAL)}, {SPLIT_COLUMN}) and the job settings "
+            f"({', '.join(JOB_COLUMNS)})")
 
 
 def _blank(row, col) -> bool:
@@ -114,6 +142,10 @@ def read_layouts_csv(path: str | Path) -> pd.DataFrame:
     frame = read_csv_strings(path, f"--input {path}")
     required = [c for c in INPUT_COLUMNS if c not in _OPTIONAL_DEFAULTS]
     missing = [c for c in required if c not in frame.columns]
+    if not missing:
+        why = _unknown_columns(list(frame.columns))
+        if why:
+            raise SpecError(f"--input {path}: {why}")
     if missing:
         optional = [c for c in INPUT_COLUMNS if c in _OPTIONAL_DEFAULTS]
         raise SpecError(
@@ -127,17 +159,23 @@ def read_layouts_csv(path: str | Path) -> pd.DataFrame:
     return frame
 
 
-def score_frame(frame: pd.DataFrame, profile: str | None = None, rules=None) -> pd.DataFrame:
+def score_frame(frame: pd.DataFrame, profile: str | None = None, rules=None,
+                job: dict | None = None) -> pd.DataFrame:
     """Score every row; returns the input columns plus ledger columns and `error`. Rows with the
     same problem and job settings are evaluated together (one vectorised call). `rules`: the
-    active rules (default `rules.active_rules()`)."""
+    active rules (default `rules.active_rules()`). `job`: settings (`JobSpec` fields, e.g. the
+    command line's `--precision fp8`) for every row whose own cell is blank or absent;
+    `profile` is the same for the efficiency profile."""
+    defaults = dict(job or {})
+    if profile is not None:
+        defaults.setdefault("profile", profile)
     parsed: list[tuple | None] = []
     errors: list[str] = [""] * len(frame)
     notes: list[str] = [""] * len(frame)
     splits: list[str] = [""] * len(frame)
     for i, row in enumerate(frame.to_dict("records")):  # dicts: a Series per row costs 4x
         try:
-            job = job_from_row(row)
+            job = defaults | job_from_row(row)
             key = (_text(row, "model"), _text(row, "gpu"), _int(row, "n_gpus"),
                    _int(row, "gpus_per_node"), _int(row, "seq_len"), _int(row, "global_batch"),
                    tuple(sorted(job.items())))
@@ -167,8 +205,6 @@ def score_frame(frame: pd.DataFrame, profile: str | None = None, rules=None) -> 
     for key, rows in groups.items():
         model, gpu, n_gpus, gpn, seq, gbs, job = key
         job = dict(job)
-        if profile is not None and "profile" not in job:
-            job["profile"] = profile
         try:
             problem = make_problem(model, gpu, n_gpus, seq, gbs, gpus_per_node=gpn, **job)
         except AutoParallelError as exc:

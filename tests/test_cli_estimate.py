@@ -148,6 +148,48 @@ def test_batch_csv_missing_column(tmp_path):
         in " ".join(r.stderr.split())
 
 
+def test_batch_csv_refuses_a_column_it_would_ignore(tmp_path):
+    # a typo, a layout setting it has no column for, a column named twice: scored at the
+    # defaults before, silently; now one error naming the column (and the near miss)
+    from autoparallel.batch import read_layouts_csv
+    from autoparallel.errors import SpecError
+
+    head = "model,gpu,n_gpus,seq_len,global_batch,tp,pp"
+    cases = [(",micro_batchs", "`micro_batchs` (did you mean micro_batch?)"),
+             (",zer0,schedule", "`zer0` (did you mean zero?), `schedule`;"),
+             (",model", "column `model` appears more than once")]
+    for extra, says in cases:
+        f = tmp_path / "in.csv"
+        f.write_text(head + extra + "\nllama3-8b,h100,8,4096,64,2,1" + ",1" * extra.count(",")
+                     + "\n")
+        with pytest.raises(SpecError) as err:
+            read_layouts_csv(f)
+        assert says in str(err.value), str(err.value)
+    # an output read back as input: its ledger and verdict columns are no typo
+    f.write_text(head + ",mem_total_gib,time_step_s,fits,mfu,tokens_per_s_per_gpu,note,error\n"
+                 "llama3-8b,h100,8,4096,64,2,1,43.2,2.7,True,0.4,1000,,\n")
+    assert len(read_layouts_csv(f)) == 1
+
+
+def test_batch_job_flags_apply_to_rows_that_leave_them_blank(tmp_path):
+    # `--precision fp8` with --input was ignored (the rows scored at bf16); now a job flag is
+    # the default of every row without its own cell, and problem flags are refused by name
+    f = tmp_path / "in.csv"
+    f.write_text("model,gpu,n_gpus,seq_len,global_batch,tp,pp,precision\n"
+                 "llama3-8b,h100,8,4096,64,2,1,\n"
+                 "llama3-8b,h100,8,4096,64,2,1,bf16\n")
+    r = run_cli("estimate", "--input", f, "--precision", "fp8")
+    assert r.returncode == 0, r.stderr
+    out = pd.read_csv(io.StringIO(r.stdout), keep_default_na=False)
+    single = json.loads(run_cli("estimate", "--model", "llama3-8b", "--gpu", "h100", "--gpus",
+                                "8", "--seq-len", "4096", "--global-batch", "64", "--tp", "2",
+                                "--precision", "fp8", "--format", "json").stdout)
+    assert float(out.loc[0, "time_step_s"]) == pytest.approx(single["time_s"]["step"], rel=1e-9)
+    assert float(out.loc[1, "time_step_s"]) > 1.2 * float(out.loc[0, "time_step_s"])  # bf16
+    r = run_cli("estimate", "--input", f, "--model", "llama3-70b", "--format", "json")
+    assert r.returncode == 2 and "drop --model" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_estimate_takes_the_flag_its_tp_refusal_names(tmp_path):
     # TP 16 on 8-GPU nodes breaks the tp_in_node rule, whose message names
     # --allow-tp-across-nodes: estimate (single and batch) takes that flag, as plan and sweep do,
@@ -208,3 +250,16 @@ def test_problem_options_declared_once_for_every_command(command):
                  "--grad-dtype", "--usable-fraction", "--attention", "--tp-comm-overlap",
                  "--intra-gbps", "--inter-gbps"):
         assert flag in flat, (command, flag)
+
+
+def test_names_from_user_files_print_as_written(tmp_path):
+    # a model named with square brackets was read as Rich markup (printed bold red, the tags
+    # gone): names are text
+    f = tmp_path / "m.toml"
+    f.write_text('name = "[bold red]mine[/] 8b"\nn_layers = 32\nhidden_size = 4096\n'
+                 'n_heads = 32\nn_kv_heads = 8\nffn_hidden_size = 14336\nvocab_size = 128256\n')
+    p = ["--model", f, "--gpu", "h100", "--gpus", "8", "--seq-len", "4096", "--global-batch", "64"]
+    for cmd in ("estimate", "plan"):
+        r = run_cli(cmd, *p, "--top", "1") if cmd == "plan" else run_cli(cmd, *p)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith("[bold red]mine[/] 8b ("), r.stdout[:80]

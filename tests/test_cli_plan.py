@@ -90,6 +90,10 @@ def test_settings_that_change_nothing_are_said_to_have_no_effect():
     assert r.returncode == 0, r.stderr
     assert ("note: --moe-dispatcher deepep, --moe-a2a-overlap: no effect, llama3-8b is dense"
             in " ".join(r.stdout.split()))
+    # --top 1 shows #1 alone, yet thousands fit: #1 is set against #2 of them all (it read
+    # "#1 is the only layout that fits")
+    assert "only layout that fits" not in r.stdout
+    assert "than #2" in r.stdout or "#1 and #2 tie" in r.stdout
     plain = estimate(make_problem("llama3-8b", "h100", 8, 4096, 64), Layout(tp=2))
     moved = estimate(make_problem("llama3-8b", "h100", 8, 4096, 64, moe_dispatcher="deepep",
                                   moe_routing="capacity"), Layout(tp=2))
@@ -98,6 +102,14 @@ def test_settings_that_change_nothing_are_said_to_have_no_effect():
     assert moved["notes"] == ["--moe-dispatcher deepep, --moe-routing capacity, "
                               "--moe-capacity-factor 1.0: no effect, llama3-8b is dense (no "
                               "experts to dispatch, route or offload)"]
+    # CUDA graphs are no MoE feature: the reason names the host time they would remove
+    graphs = estimate(make_problem("llama3-8b", "h100", 8, 4096, 64, cuda_graphs="full"),
+                      Layout(tp=2))
+    assert graphs["time_s"] == plain["time_s"]
+    assert graphs["notes"] == ["--cuda-graphs full: no effect, llama3-8b is dense (the host time "
+                               "CUDA graphs remove is priced where an MoE layer's token counts "
+                               "sync the host every layer; a dense model's host runs ahead of "
+                               "the GPU)"]
     moe = estimate(make_problem("qwen3-30b-a3b", "h100", 8, 4096, 64, moe_dispatcher="deepep"),
                    Layout(ep=8))
     assert not any("no effect" in n for n in moe["notes"])

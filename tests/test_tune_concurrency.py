@@ -235,3 +235,18 @@ def test_two_attempts_at_one_queued_trial_measure_once(kind, tmp_path):
     new_token()  # a later attempt of this worker at the same trial is another attempt too
     assert _hold_claim(s, "dp8-tp1", 5) == "other_attempt"
     assert _hold_claim(s, "dp8-tp1", 6) == "taken"
+
+
+def test_plan_stores_its_ranking_in_a_postgresql_url_as_tune_does(postgres_url):
+    # `plan --storage postgresql://...` failed with Optuna's "Failed to import DB access module"
+    # where only psycopg2 is installed, though `tune` took the same URL: both now pick the driver
+    from autoparallel import make_problem
+    from autoparallel.search.plan import plan
+
+    name = f"p-{uuid.uuid4().hex[:10]}"
+    res = plan(make_problem("llama3-8b", "h100", 8, 4096, 64), top=3, keep=5,
+               storage=postgres_url, study_name=name)
+    assert res.kept == 5
+    study = optuna.load_study(study_name=name, storage=normalize_url(postgres_url))
+    steps = sorted(t.value for t in study.get_trials(states=(TrialState.COMPLETE,)))
+    assert len(steps) == 5 and steps[0] == pytest.approx(float(res.ranked.time["step"][0]))

@@ -359,3 +359,13 @@ def test_automodel_hybrid_rows_scored_on_their_own_stack():
     # predicted on the TorchTitan family's H100 profile and the scan's memory floor (no
     # Megatron-fitted knob): within 40 % of the measured 7.29, 15.61 and 10.05 s
     assert np.all(np.abs(res["step_err"]) < 0.4)
+
+
+def test_a_bad_memory_runs_file_is_named_before_any_prediction(tmp_path):
+    # it was read after the whole step-time report, and its error named --runs
+    bad = tmp_path / "mem.csv"
+    bad.write_text("model,gpu\nllama3-8b,h100\n")
+    r = run_cli("validate", "--memory-runs", bad)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith(f"error: --memory-runs {bad}: missing column(s)")
+    assert "autoparallel/data/README.md" in r.stderr

@@ -20,7 +20,7 @@ def estimate_command(
     problem: ProblemOptions,
     layout,
     fmt: FormatOpt = Fmt.table,
-    input: Annotated[Optional[str], typer.Option("--input", help="Batch mode: a CSV of layouts to score (one problem per row).", rich_help_panel=OUTPUT, metavar="CSV", show_default=False)] = None,
+    input: Annotated[Optional[str], typer.Option("--input", help="Batch mode: a CSV of layouts to score (one problem per row; job flags such as --precision apply to the rows that leave them blank).", rich_help_panel=OUTPUT, metavar="CSV", show_default=False)] = None,
     output: Annotated[Optional[str], typer.Option("--output", help="Batch mode: the CSV to write (default: stdout).", rich_help_panel=OUTPUT, metavar="FILE", show_default=False)] = None,
     allow_tp_across_nodes: Annotated[bool, typer.Option("--allow-tp-across-nodes", help="Let TP groups span nodes (priced on the network), as plan's flag does.", rich_help_panel=LAYOUT)] = False,
 ) -> None:
@@ -38,7 +38,16 @@ def estimate_command(
         if layout.flags():
             raise SpecError(f"--input takes each row's layout from the CSV; drop "
                             f"{', '.join(layout.flags())}")
-        scored = score_frame(read_layouts_csv(input), profile=problem.profile, rules=rules)
+        given = problem.given() + (["--gpus-per-node"] if problem.gpus_per_node != 8 else [])
+        if given:
+            raise SpecError(f"--input takes each row's problem from the CSV (columns model, gpu, "
+                            f"n_gpus, gpus_per_node, seq_len, global_batch); drop "
+                            f"{', '.join(given)}. Job settings (--precision, --stack, ...) "
+                            "apply to every row whose own cell is blank")
+        if fmt == Fmt.json:
+            raise SpecError("--input writes CSV (to --output FILE or stdout); --format json is "
+                            "for one layout")
+        scored = score_frame(read_layouts_csv(input), rules=rules, job=problem.job())
         if output:
             write_whole("--output", output, scored.to_csv(index=False))
             bad = int((scored["error"] != "").sum())

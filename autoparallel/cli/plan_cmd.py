@@ -6,7 +6,9 @@ import shlex
 from contextlib import nullcontext
 from typing import Annotated, Optional
 
+import numpy as np
 import typer
+from rich.markup import escape
 
 from ..output.files import strict_json
 from ..errors import InfeasibleError, SpecError
@@ -32,7 +34,9 @@ def problem_line(result, note: str | None = None) -> str:
     stack = f"{d['stack']}{f' ({note})' if note else ''}, {d['precision']}"
     stack += settings_text(result.problem.moe_settings_changed())  # beyond the stack's
     net = f", network {d['network']}" if d.get("network") else ""
-    return (f"[b]{d['model']}[/b] ({params}) on {d['n_gpus']} x {d['gpu']} ({d['gpus_per_node']} "
+    # names from the user's files are text, not Rich markup
+    return (f"[b]{escape(d['model'])}[/b] ({params}) on {d['n_gpus']} x {escape(d['gpu'])} "
+            f"({d['gpus_per_node']} "
             f"per node{net}), seq {d['seq_len']}, global batch {d['global_batch']}; {stack}: "
             f"{result.n_layouts:,} layouts, {result.n_valid:,} pass the rules, "
             f"{result.n_fit:,} fit ({result.search_s * 1e3:.0f} ms)")
@@ -115,7 +119,9 @@ def print_plan(result, console, vs=None, *, note: str | None = None,
             ("tok/s/GPU", f"{rec['tokens_per_s_per_gpu']:,.0f}")]))
     console.print(ranked_table(rows, console.width))
     if result.rank_by == "time":
-        console.print(why_first(result.ranked))
+        # #1 against #2 of every fitting layout, also when --top 1 shows #1 alone
+        survivors = result.survivors if result.survivors is not None else result.ranked
+        console.print(why_first(survivors.take(np.arange(min(2, len(survivors))))))
     console.print(why_recommended(result))
     band = records[0]["band"] if records else None
     if band:

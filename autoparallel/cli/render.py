@@ -6,6 +6,7 @@ import os
 
 from rich.columns import Columns
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 _MEM_PARTS = ("params", "grads", "optimizer", "activations", "embedding_logits", "overhead")
@@ -188,8 +189,8 @@ def print_estimate(rec: dict, console: Console | None = None) -> None:
     risk = ("; [red]memory risk[/red]: the band's upper end exceeds the usable memory"
             if rec["memory_risk"] else "")
     console.print(
-        f"[b]{rec['model']}[/b] ({params_label(rec['model_params'])}) on {rec['n_gpus']} x "
-        f"{rec['gpu']}; {rec['job']['stack']}, {rec['job']['precision']}"
+        f"[b]{escape(rec['model'])}[/b] ({params_label(rec['model_params'])}) on {rec['n_gpus']} x "
+        f"{escape(rec['gpu'])}; {rec['job']['stack']}, {rec['job']['precision']}"
         f"{estimate_settings(rec)}  layout "
         f"[b]{layout_slug(rec)}[/b]  grad_accum {rec['layout']['grad_accum']}"
     )

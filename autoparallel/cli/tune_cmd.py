@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ..output.files import strict_json
 from ..errors import SpecError
@@ -69,11 +70,11 @@ def print_result(res, console: Console) -> None:
         console.print(f"[dim]{res.waiting} enqueued trial(s) not started (left for a later run; "
                       "not listed)[/dim]")
     for note in res.warnings:
-        console.print(f"[yellow]warning:[/yellow] {note}", highlight=False)
+        console.print(f"[yellow]warning:[/yellow] {escape(note)}", highlight=False)
     if res.workdir:
-        console.print(f"[dim]trial logs and configs: {res.workdir}[/dim]")
+        console.print(f"[dim]trial logs and configs: {escape(str(res.workdir))}[/dim]")
     if res.storage:
-        console.print(f"[dim]browse: optuna-dashboard {res.storage}[/dim]")
+        console.print(f"[dim]browse: optuna-dashboard {escape(res.storage)}[/dim]")
 
 
 @command("tune")
@@ -149,7 +150,7 @@ def tune_command(
     try:  # Ctrl-C and SIGTERM (a scheduler ending the job) arrive as KeyboardInterrupt (cli/guard.py)
         result = tune(config, candidates=candidates, space=sp_space, rules=rules,
                       calibrate=calibrate or profile_out is not None,
-                      log=lambda s: err.print(f"[dim]{s}[/dim]", soft_wrap=True))
+                      log=lambda s: err.print(f"[dim]{escape(s)}[/dim]", soft_wrap=True))
     except KeyboardInterrupt:
         interrupted("running measurements were stopped; "
                     + (f"their trials are retried by the next worker or after {grace_s:g} s; "
@@ -167,9 +168,9 @@ def tune_command(
         print_result(result, make_console())
     if result.calibration_refused:
         err.print(f"error: {'--profile-out ' + profile_out + ' not written: ' if profile_out else ''}"
-                  f"calibration refused: {result.calibration_refused}")
+                  f"calibration refused: {result.calibration_refused}", markup=False)
     if result.rows and result.best is None:
-        err.print(no_success_message(result.rows, result.workdir))
+        err.print(no_success_message(result.rows, result.workdir), markup=False)
     if result.calibration_refused or (result.rows and result.best is None):
         raise typer.Exit(1)
 

@@ -144,18 +144,25 @@ def _print_report(console: Console, pred: pd.DataFrame, skipped: pd.DataFrame, t
         console.print(t)
 
 
-def _memory_report(console, path: str | None, speed_mem_err=None) -> None:
+def _memory_frame(path: str | None):
+    """The memory runs `validate` reports on (default: the shipped ones), read and checked
+    before any step time is predicted, so a bad `--memory-runs` file fails at once."""
+    from ..data import MEMORY_RUNS
+    from ..validation.runs import read_runs
+
+    path = path or str(MEMORY_RUNS)
+    return path, read_runs(path, flag="--memory-runs")
+
+
+def _memory_report(console, path: str, frame, speed_mem_err=None) -> None:
     """Measured memory against the figure each run's `mem_definition` names (allocated,
     reserved, device), per source; OOM reports predicted to fit; runs that ran predicted not to;
     then every dense run with a measured figure (these and the step-time runs reporting memory,
     `speed_mem_err`) together."""
-    from ..data import MEMORY_RUNS
     from ..validation.memory_check import memory_records, memory_summary, stage_summary
     from ..validation.report import skip_table
-    from ..validation.runs import read_runs
 
-    path = path or str(MEMORY_RUNS)
-    records, skipped = memory_records(read_runs(path))
+    records, skipped = memory_records(frame)
     console.print(f"memory runs: {path}")
     console.print(f"memory: {len(records) + len(skipped)} rows: {len(records)} used, "
                   f"{len(skipped)} skipped")
@@ -217,10 +224,15 @@ def validate_command(
     from ..validation.report import plot as draw
     from ..validation.report import predict
 
+    from ..presets import load_stack
+
     check_output("--output", output)
     check_output("--plot", plot, plot=True)
-    runs, frame, cases, skipped = _load(runs, include_fp16, stack)
+    if stack is not None:
+        load_stack(stack)  # an unknown stack fails before the runs are read
     profiles = profiles_from_files(profile or [])
+    memory = _memory_frame(memory_runs) if (memory_runs or "").lower() != "none" else None
+    runs, frame, cases, skipped = _load(runs, include_fp16, stack)
     console = _console()
     only = f" (stack {cases[0].stack})" if stack and cases else ""
     console.print(f"runs: {runs}")
@@ -233,8 +245,8 @@ def validate_command(
     if output:
         write_whole("--output", output, pred.to_csv(index=False))
         console.print(f"per-run report -> {output}")
-    if (memory_runs or "").lower() != "none":
-        _memory_report(console, memory_runs,
+    if memory is not None:
+        _memory_report(console, *memory,
                        pred["mem_err"] if len(pred) and "mem_err" in pred else None)
     if plot:
         if not len(pred):

@@ -12,6 +12,21 @@ from pathlib import Path
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+def normalize_url(url: str) -> str:
+    """`postgresql://...` with the psycopg2 driver when psycopg (3), SQLAlchemy 2.1's default
+    PostgreSQL driver, is not installed but psycopg2 (the `postgres` extra) is."""
+    if url.startswith("postgresql://"):
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            try:
+                import psycopg2  # noqa: F401
+            except ImportError:
+                return url
+            return "postgresql+psycopg2://" + url[len("postgresql://"):]
+    return url
+
+
 def sqlite_path(url: str) -> Path | None:
     """The file of an `sqlite:///path` URL (None for other URLs and in-memory databases)."""
     if not url.startswith("sqlite:"):

@@ -88,8 +88,10 @@ def study_from_survivors(result, keep: int, storage: str | None, study_name: str
 
 
 def _store(result, ev, n: int, storage: str | None, name: str):
-    study = optuna.create_study(storage=storage, study_name=name, direction="minimize",
-                                load_if_exists=True)
+    from .storage_check import normalize_url  # postgresql:// with the driver installed
+
+    study = optuna.create_study(storage=normalize_url(storage) if storage else None,
+                                study_name=name, direction="minimize", load_if_exists=True)
     study.set_user_attr("problem", result.problem.describe())
     existing = {tuple(sorted(tr.params.items())) for tr in study.get_trials(deepcopy=False,
                                                                              states=(TrialState.COMPLETE,))}

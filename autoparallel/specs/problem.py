@@ -58,9 +58,14 @@ class Problem(Spec):
         recipe; None when there are none."""
         parts = []
         ignored = self.ignored_moe_settings()
+        graphs = {k: ignored.pop(k) for k in ("cuda_graphs",) if k in ignored}
         if ignored:
             parts.append(f"{flags_text(ignored)}: no effect, {self.model.name} is dense (no experts to "
                          "dispatch, route or offload)")
+        if graphs:  # `cost.moe_layer.host_overhead`: the host stalls only where MoE layers sync it
+            parts.append(f"{flags_text(graphs)}: no effect, {self.model.name} is dense (the host "
+                         "time CUDA graphs remove is priced where an MoE layer's token counts "
+                         "sync the host every layer; a dense model's host runs ahead of the GPU)")
         if (self.job.fp8_param_gather and not self.stack.low_precision_allgather
                 and not recipe(self.job.precision).low):
             parts.append(f"--fp8-param-gather: no effect at --precision {self.job.precision} "

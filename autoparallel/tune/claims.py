@@ -31,22 +31,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
+from ..search.storage_check import normalize_url
+
 TABLE_NAME = "autoparallel_tune_claims"
-
-
-def normalize_url(url: str) -> str:
-    """`postgresql://...` with the psycopg2 driver when psycopg (3), SQLAlchemy 2.1's default
-    PostgreSQL driver, is not installed but psycopg2 (the `postgres` extra) is."""
-    if url.startswith("postgresql://"):
-        try:
-            import psycopg  # noqa: F401
-        except ImportError:
-            try:
-                import psycopg2  # noqa: F401
-            except ImportError:
-                return url
-            return "postgresql+psycopg2://" + url[len("postgresql://"):]
-    return url
 
 
 def worker_id() -> str:

@@ -296,18 +296,19 @@ def read_settings(path) -> pd.DataFrame | None:
     return wide
 
 
-def read_runs(path, settings="auto") -> pd.DataFrame:
-    """Read a runs CSV; reject the file (SpecError) when it is unreadable or lacks columns.
-    `settings`: a side table of further settings per row (`SETTINGS_FILE`); "auto" reads the
-    one next to the runs file when there is one, None reads none."""
-    frame = read_csv_strings(path, f"--runs {path}")
+def read_runs(path, settings="auto", flag: str = "--runs") -> pd.DataFrame:
+    """Read a runs CSV; reject the file (SpecError, naming the option `flag` that gave it) when
+    it is unreadable or lacks columns. `settings`: a side table of further settings per row
+    (`SETTINGS_FILE`); "auto" reads the one next to the runs file when there is one, None reads
+    none."""
+    frame = read_csv_strings(path, f"{flag} {path}")
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
-        raise SpecError(f"--runs {path}: missing column(s) {', '.join(missing)}; a runs file needs "
+        raise SpecError(f"{flag} {path}: missing column(s) {', '.join(missing)}; a runs file needs "
                         f"{', '.join(REQUIRED_COLUMNS)} and one of {', '.join(MEASURE_COLUMNS)} "
-                        "(see shared/data/README.md for the column meanings)")
+                        "(autoparallel/data/README.md says what each column means)")
     if not any(c in frame.columns for c in MEASURE_COLUMNS):
-        raise SpecError(f"--runs {path}: no measurement column; give one of "
+        raise SpecError(f"{flag} {path}: no measurement column; give one of "
                         f"{', '.join(MEASURE_COLUMNS)}")
     if "row_id" not in frame.columns:
         frame["row_id"] = [f"row{i + 1}" for i in range(len(frame))]
