@@ -287,3 +287,33 @@ def test_shipped_sweep_files_run(tmp_path):
         else:
             r = run_cli("plan", *P70, "--space", path, "--top", "2")
         assert r.returncode == 0, (path, r.stderr)
+
+
+def test_sweep_refuses_to_resume_a_file_planned_with_other_settings(tmp_path):
+    # a rerun with --top 5 on rows kept at top 1 said "1 already in" and kept one row; the
+    # settings the rows depend on (top, target, rules, space) are kept beside the CSV
+    from autoparallel.errors import OutputError
+    from autoparallel.rules import active_rules
+    from autoparallel.search.space import SearchSpace
+    from autoparallel.search.sweep import SweepSpec, run_sweep
+
+    out = tmp_path / "s.csv"
+    grid = dict(model=["llama3-8b"], gpu=["h100"], gpus=[8], seq_len=[4096], global_batch=[64])
+    assert run_sweep(SweepSpec(**grid, top=1), SearchSpace(), out)["written"] == 1
+    before = out.read_bytes()
+    assert run_sweep(SweepSpec(**grid, top=1), SearchSpace(), out)["skipped"] == 1
+    refused = [
+        (SweepSpec(**grid, top=2), SearchSpace(), None, "top 1 there, 2 now"),
+        (SweepSpec(**grid, top=1), SearchSpace(), active_rules(disabled=["tp_in_node"]),
+         "rules tp_in_node there, not now"),
+        (SweepSpec(**grid, top=1), SearchSpace(tp=[2]), None, "space tp None there, [2] now"),
+    ]
+    for spec, space, rules, says in refused:
+        with pytest.raises(OutputError) as err:
+            run_sweep(spec, space, out, rules=rules)
+        assert says in str(err.value) and "rows of two searches would mix" in str(err.value)
+        assert out.read_bytes() == before
+    # a new grid point with the same settings is added to the same file
+    more = dict(grid, global_batch=[64, 128])
+    assert run_sweep(SweepSpec(**more, top=1), SearchSpace(), out) == {
+        "problems": 2, "written": 1, "skipped": 1}

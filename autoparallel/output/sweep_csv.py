@@ -17,6 +17,11 @@ When only the tail is dropped the file is truncated; when a block inside the fil
 the kept blocks are rewritten to a temporary file that replaces the output (rename), so a crash
 at any moment leaves either the old or the new file.
 
+Settings (`check_settings`): what the rows depend on beyond each row's problem columns (layouts
+kept per problem, target, active rules, search space) is kept in `<output>.settings.json`, written
+when the first rows are; a resume with other settings is refused, since its rows would mix with
+rows of another search under one header (a file without it, from before, is resumed as it is).
+
 Writing (`SweepWriter`): each block is written with one `write` and flushed to the disk
 (`fsync`); after a failed write the file is truncated back to its last whole block, so an error
 never leaves a partial block, and a file that this run created and could not even give a
@@ -98,6 +103,54 @@ class Existing:
 def _refuse(path: Path, flag: str, why: str) -> OutputError:
     return OutputError(f"`{flag}` {path}: {why}; the file was not modified. Write to another "
                        "file, or move this one away to start afresh")
+
+
+SETTINGS_SUFFIX = ".settings.json"
+"""The settings file beside a sweep CSV (`check_settings`)."""
+
+
+def settings_path(path: Path) -> Path:
+    """`<output>.settings.json`."""
+    return path.with_name(path.name + SETTINGS_SUFFIX)
+
+
+def check_settings(existing: Existing, path: Path, want: dict, flag: str = "--output") -> None:
+    """Refuse (`OutputError`) to add rows planned with settings `want` to a file whose rows were
+    planned with others (its settings file says which); with no rows yet, record `want`."""
+    import json
+
+    from .files import write_whole
+
+    side = settings_path(path)
+    if not existing.blocks:
+        write_whole(flag, side, json.dumps(want, indent=1, sort_keys=True) + "\n")
+        return
+    if not side.exists():
+        return  # written before settings were recorded: nothing to compare
+    try:
+        have = json.loads(side.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise _refuse(path, flag, f"its settings file {side} cannot be read ({exc})") from None
+    diff = [k for k in want if have.get(k) != want[k]]
+    if diff:
+        said = "; ".join(_difference(k, have.get(k), want[k]) for k in diff)
+        raise _refuse(path, flag, f"its rows were planned with other settings ({said}), and "
+                      "rows of two searches would mix")
+
+
+def _difference(key: str, have, want) -> str:
+    """'top 1 there, 5 now'; of lists, what one holds and the other not ('rules tp_in_node
+    there, not now'); of tables, the entries that differ ('space tp [2] there, [2, 4] now')."""
+    if isinstance(have, list) and isinstance(want, list):
+        gone = [x for x in have if x not in want]
+        new = [x for x in want if x not in have]
+        parts = ([f"{', '.join(map(str, gone))} there, not now"] if gone else []) + \
+            ([f"{', '.join(map(str, new))} now, not there"] if new else [])
+        return f"{key} {'; '.join(parts)}"
+    if isinstance(have, dict) and isinstance(want, dict):
+        keys = [k for k in sorted(set(have) | set(want)) if have.get(k) != want.get(k)]
+        return "; ".join(f"{key} {k} {have.get(k)!r} there, {want.get(k)!r} now" for k in keys)
+    return f"{key} {have!r} there, {want!r} now"
 
 
 def read_all(fd: int, path: Path, flag: str = "--output") -> bytes:

@@ -162,6 +162,17 @@ class _Block:
         return frame.to_csv(index=False, header=False).encode("utf-8")
 
 
+def sweep_settings(spec: SweepSpec, space: SearchSpace, rules=None) -> dict:
+    """What a sweep's rows depend on beyond each row's problem columns: layouts kept per
+    problem, target, the active rules and the search space (`output.sweep_csv.check_settings`
+    refuses to resume a file planned with others)."""
+    from ..rules import active_rules
+
+    return {"top": spec.top, "target": spec.target,
+            "rules": sorted(r.name for r in (active_rules() if rules is None else rules)),
+            "space": space.model_dump(mode="json", exclude_none=True)}
+
+
 def run_sweep(spec: SweepSpec, space: SearchSpace, output: str | Path, rules=None,
               progress: Callable[[int, int, str], None] | None = None, *, jobs: int = 1,
               shard: tuple[int, int] | None = None, wait: bool = False,
@@ -182,7 +193,7 @@ def run_sweep(spec: SweepSpec, space: SearchSpace, output: str | Path, rules=Non
     from ..output.files import is_stream, open_stream
     from ..output.lock import lock_output
     from ..output.sweep_csv import (
-        HEADER, StreamWriter, SweepWriter, problem_key, read_all, read_existing,
+        HEADER, StreamWriter, SweepWriter, check_settings, problem_key, read_all, read_existing,
     )
     from .sweep_pool import results_in_order
 
@@ -200,6 +211,7 @@ def run_sweep(spec: SweepSpec, space: SearchSpace, output: str | Path, rules=Non
         fd = lock_output(path, "--output", initial=HEADER, wait=wait)
         try:
             existing = read_existing(read_all(fd, path), path)
+            check_settings(existing, path, sweep_settings(spec, space, rules))
             writer = SweepWriter(fd, path, existing)
         except BaseException:
             os.close(fd)
