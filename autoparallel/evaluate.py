@@ -17,7 +17,8 @@ from .cost.memory import MEMORY_ITEMS, STAGE_FIGURES, memory_ledger
 from .cost.time import TIME_ITEMS, time_ledger
 from .errors import SpecError
 from .layouts import LayoutTable, edp
-from .rules import Reject, check_rules, explain
+from .rules import (Reject, check_rules, chunk_layers, counts_beyond_layers, explain,
+                    split_violated)
 from .cost.stages import stage_layer_counts
 from .specs.layout import (CP_COMM_CODES, CP_COMM_NAMES, RECOMPUTE_NAMES, SCHEDULE_NAMES, CpComm,
                            Layout, RecomputeModule, mask_modules)
@@ -409,21 +410,49 @@ def _whole(x: float):
     return int(x) if float(x).is_integer() else float(x)
 
 
+def _split_broken(problem: Problem, lay: Layout) -> bool:
+    """Whether the layout's layer split itself breaks the layers rule (`rules.split_violated`)."""
+    one = LayoutTable.from_layouts([lay], problem.cluster.n_gpus, problem.model.n_layers)
+    return bool(split_violated(build_arch(problem.model), one)[0])
+
+
 def _layout_error(problem: Problem, lay: Layout, flags: int) -> str:
     """One readable message per violated rule, with the values involved."""
     m, c, tr = problem.model, problem.cluster, problem.training
     lines = []
     if flags & Reject.WORLD:
+        rest = lay.tp * lay.pp * lay.cp
+        if c.n_gpus % rest:  # no dp can make up the count: the other degrees must change
+            fits = [d for d in (1, 2, 4, 8, 16, 32, 64) if c.n_gpus % d == 0][-3:]
+            how = (f"`tp x pp x cp` = {lay.tp} x {lay.pp} x {lay.cp} = {rest} does not divide "
+                   f"the {c.n_gpus} GPUs, so no dp makes up the count; choose degrees whose "
+                   f"product divides {c.n_gpus} (e.g. {', '.join(map(str, fits))})")
+        else:
+            how = "leave --dp out to derive it, or change the other degrees"
         lines.append(
             f"`dp x tp x pp x cp` = {lay.dp} x {lay.tp} x {lay.pp} x {lay.cp} = "
-            f"{lay.dp * lay.tp * lay.pp * lay.cp} but the cluster has {c.n_gpus} GPUs; "
-            "leave --dp out to derive it, or change the other degrees"
+            f"{lay.dp * rest} but the cluster has {c.n_gpus} GPUs; {how}"
         )
     if flags & Reject.HEADS:
         lines.append(
             f"`tp` = {lay.tp} must divide `n_heads` ({m.n_heads}) and divide or be a multiple of "
             f"`n_kv_heads` ({m.kv_heads}): each TP rank needs whole heads"
         )
+    beyond = [False, False]
+    if flags & Reject.LAYERS:  # the part of the rule (`rules._layers`) this layout breaks
+        one = LayoutTable.from_layouts([lay], c.n_gpus, m.n_layers)
+        beyond = [bool(x[0]) for x in counts_beyond_layers(m.n_layers, one)]
+        if beyond[0]:
+            lines.append(f"`offload_layers` ({lay.offload_layers}) must be below the model's "
+                         f"{m.n_layers} layers (Megatron-Core's cpu_offloading_num_layers is in "
+                         f"[0, num_layers)); give at most {m.n_layers - 1}")
+        if beyond[1]:
+            n = int(chunk_layers(m.n_layers, one)[0])
+            lines.append(f"`recompute_layers` ({lay.recompute_layers}) is more than the {n} "
+                         f"layers of a model chunk (the block method recomputes the first N of "
+                         f"each chunk); give at most {n}, or leave it out for all of them")
+        flags = flags & ~Reject.LAYERS if any(beyond) and not _split_broken(problem, lay) \
+            else flags
     if flags & Reject.LAYERS and lay.stage_layers:
         lines.append(
             f"`stage_layers` {lay.stage_layers} must sum to `n_layers` ({m.n_layers}) with the "

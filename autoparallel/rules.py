@@ -58,11 +58,39 @@ def _heads(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
     return (a.n_heads % tp != 0) | ~kv_ok
 
 
+def chunk_layers(n_layers: int, t: LayoutTable) -> np.ndarray:
+    """Layers of the largest model chunk of each row: its largest stage (the even split, or
+    the uneven one's first, middle or last) over vp, rounded up."""
+    pp, vp = t["pp"], t["vp"]
+    even = -(-n_layers // pp)
+    lf, ll = t["lf"], t["ll"]
+    mid = np.where(pp > 2, (n_layers - lf - ll) // np.maximum(pp - 2, 1), 0)
+    largest = np.where((lf > 0) | (ll > 0), np.maximum(np.maximum(lf, ll), mid), even)
+    return -(-largest // vp)
+
+
+def counts_beyond_layers(n_layers: int, t: LayoutTable) -> tuple[np.ndarray, np.ndarray]:
+    """(offload, recompute) per row: more layers offloaded than Megatron-Core allows (`ao`
+    must be below the model's layers: TransformerConfig `cpu_offloading_num_layers` in
+    [0, num_layers)), or more layers per chunk recomputed by the block method (`rn`) than a
+    model chunk holds (`chunk_layers`; N beyond it is all of them, which `rn` -1 says)."""
+    offload = t["ao"] >= n_layers
+    recompute = (t["rc"] == 2) & (t["rn"] >= 0) & (t["rn"] > chunk_layers(n_layers, t))
+    return offload, recompute
+
+
 def _layers(p: Problem, a: Arch, t: LayoutTable) -> np.ndarray:
     """Even split: pp x vp divides the layers. Uneven (`lf`, `ll` set): first, last and the equal
     middle stages hold whole, positive layer counts that sum to the layers, the middle ones
     divisible by vp (equal model chunks); the ends take any count, which Megatron-Core writes
-    with its embedding/loss accounting or a pipeline layout (`splits`)."""
+    with its embedding/loss accounting or a pipeline layout (`splits`). Offloaded and
+    block-recomputed layer counts within the layers (`counts_beyond_layers`)."""
+    offload, recompute = counts_beyond_layers(a.n_layers, t)
+    return split_violated(a, t) | offload | recompute
+
+
+def split_violated(a: Arch, t: LayoutTable) -> np.ndarray:
+    """The split part of `_layers`."""
     L, pp, vp = a.n_layers, t["pp"], t["vp"]
     even_bad = L % (pp * vp) != 0
     lf, ll = t["lf"], t["ll"]

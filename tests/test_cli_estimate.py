@@ -53,6 +53,22 @@ def test_bad_input_exit_2_one_message(args, needle):
     assert "Traceback" not in r.stderr + r.stdout
 
 
+def test_the_count_refusal_says_when_no_dp_can_make_it_up():
+    # tp 3 on 8 GPUs, dp left out: it said "leave --dp out to derive it", which it was
+    from autoparallel import Layout, estimate, make_problem
+    from autoparallel.errors import SpecError
+
+    p = make_problem("llama3-8b", "h100", 8, 4096, 64)
+    with pytest.raises(SpecError) as err:
+        estimate(p, Layout(tp=3))
+    assert ("`tp x pp x cp` = 3 x 1 x 1 = 3 does not divide the 8 GPUs, so no dp makes up the "
+            "count; choose degrees whose product divides 8 (e.g. 2, 4, 8)") in str(err.value)
+    assert "leave --dp out" not in str(err.value)
+    with pytest.raises(SpecError) as err:  # a dp that is wrong: leaving it out would work
+        estimate(p, Layout(tp=2, dp=8))
+    assert "= 16 but the cluster has 8 GPUs; leave --dp out to derive it" in str(err.value)
+
+
 def test_missing_problem_flag():
     r = run_cli("estimate", "--model", "llama3-8b", "--gpu", "h100")
     assert r.returncode == 2 and "missing --gpus, --seq-len, --global-batch" in r.stderr

@@ -339,3 +339,50 @@ def test_valid_enumeration_equals_filtering_every_candidate(args):
     assert found.n_pruned == int(np.count_nonzero(flags))
     want = {r.name: int(np.count_nonzero(flags & int(r.flag))) for r in RULES}
     assert found.pruned_counts == {k: v for k, v in want.items() if v}
+
+
+def test_the_split_refusals_name_the_split():
+    # pp 2 x vp 3 on 32 layers has no split: it read "--schedule : 1f1b needs vp = 1"; pinned
+    # ends beyond the layers read "0 of 5,400 layouts fit in the usable memory"; a pinned end
+    # without --pp was dropped and pp 1 layouts ranked
+    from autoparallel import make_problem
+    from autoparallel.errors import SpecError
+    from autoparallel.search.plan import plan
+    from autoparallel.search.space import SearchSpace
+
+    p = make_problem("llama3-8b", "h100", 8, 4096, 64)
+    cases = [(SearchSpace(pp=[2], vp=[3]), "no layout is left: --pp 2 and --vp 3: pp x vp does "
+              "not divide the 32 layers and no balanced uneven split exists"),
+             (SearchSpace(pp=[2], first_stage_layers=40), "--first-stage-layers 40: pins 40 of "
+              "the model's 32 layers, leaving none for the other stages"),
+             (SearchSpace(pp=[2], first_stage_layers=10, last_stage_layers=23),
+              "pins 33 of the model's 32 layers"),
+             (SearchSpace(pp=[1], first_stage_layers=10), "pinned stage ends need a pipeline")]
+    for space, says in cases:
+        with pytest.raises(SpecError) as err:
+            plan(p, space, top=1)
+        assert says in str(err.value), str(err.value)
+    res = plan(p, SearchSpace(first_stage_layers=6), top=50)
+    slugs = [res.ranked.table.row(i).slug for i in range(len(res.ranked))]
+    assert slugs and all("-pp1-" not in s and "[6," in s for s in slugs), slugs[:3]
+    both = plan(p, SearchSpace(pp=[2], first_stage_layers=10, last_stage_layers=22), top=1)
+    assert "pp2[10,22]" in both.ranked.table.row(0).slug
+
+
+def test_layer_counts_beyond_the_layers_are_refused_by_name():
+    # --offload-layers 100000 and rfull999 on a 32-layer model were costed (slug ...-ao100000)
+    from autoparallel import Layout
+    from autoparallel.errors import SpecError
+
+    p = make_problem("llama3-8b", "h100", 8, 4096, 64)
+    with pytest.raises(SpecError) as err:  # Megatron-Core: cpu_offloading_num_layers < 32
+        estimate(p, Layout(offload_layers=32))
+    assert "`offload_layers` (32) must be below the model's 32 layers" in str(err.value)
+    assert "pp x vp" not in str(err.value)  # the split is fine: not blamed
+    assert estimate(p, Layout(offload_layers=31))["layout"]["offload_layers"] == 31
+    with pytest.raises(SpecError) as err:  # pp 2: chunks of 16 layers
+        estimate(p, Layout(dp=4, pp=2, recompute="full", recompute_layers=17))
+    assert ("`recompute_layers` (17) is more than the 16 layers of a model chunk"
+            in str(err.value))
+    ok = estimate(p, Layout(dp=4, pp=2, recompute="full", recompute_layers=16))
+    assert ok["layout"]["recompute_layers"] == 16

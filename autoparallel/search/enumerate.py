@@ -216,7 +216,24 @@ def _enumerate(problem: Problem, space: SearchSpace, prune=None) -> LayoutTable:
     cols = _keep(cols, (cols["vp"] == 1) | (cols["pp"] > 1))
     _nonempty(cols, f"--vp {_values(space, 'vp') if space.vp else ''}: more than one virtual stage "
               "needs a pipeline (pp > 1); allow a pp > 1 or give --vp 1")
+    pinned_ends = [f"--{k.replace('_', '-')} {getattr(space, k)}" for k in
+                   ("first_stage_layers", "last_stage_layers") if getattr(space, k) is not None]
+    ends = (space.first_stage_layers or 0) + (space.last_stage_layers or 0)
+    if pinned_ends and ends >= L + (space.first_stage_layers is not None
+                                    and space.last_stage_layers is not None):
+        raise SpecError(f"{' and '.join(pinned_ends)}: pins {ends} of the model's {L} layers, "
+                        "leaving none for the other stages; pin fewer (the first and last stages "
+                        f"hold at most {L} together, with pp 2)")
     cols = _with_splits(cols, problem, space)
+    degrees = " and ".join(f"--{a} {_values(space, a)}" for a in ("pp", "vp")
+                           if getattr(space, a) is not None)
+    _nonempty(cols, (f"{' and '.join(pinned_ends)}: pinned stage ends need a pipeline (pp > 1) "
+                     f"whose other stages share the rest of the {L} layers evenly"
+                     if pinned_ends else
+                     f"{degrees or 'pp, vp'}: pp x vp does not divide the {L} layers and no "
+                     f"balanced uneven split exists for them (each model chunk holds whole "
+                     f"layers); choose a pp x vp that divides {L}, or a pp whose stages can "
+                     "hold it unevenly"))
 
     # schedule: each with the chunk count it runs; only 1F1B without a pipeline. By default the
     # schedules the job's software stack implements (StackSpec.schedules); --schedule may go
@@ -483,7 +500,7 @@ def _pinned_split(space: SearchSpace, L: int, pp: int) -> list[tuple[int, int]] 
     if first is None and last is None:
         return None
     if pp == 1:
-        return [(0, 0)]
+        return []  # pinned ends ask for a pipeline: no layout without one
     if first is None:
         first = (L - last) // (pp - 1)
     if last is None:
