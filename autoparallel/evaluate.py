@@ -522,14 +522,21 @@ def _layout_error(problem: Problem, lay: Layout, flags: int) -> str:
             f"`ep` = {lay.ep} and `etp` = {lay.expert_tp} (tp = {lay.tp}): a dense model has no "
             "experts to split; leave --ep and --etp out (ep = 1, etp = tp)"
         )
-    elif flags & Reject.EXPERTS:
+    elif flags & Reject.EXPERTS:  # the parts of the rule (`rules._experts`) this layout breaks
         grid = lay.tp * lay.cp * lay.dp
-        lines.append(
-            f"`ep` = {lay.ep} must divide the experts ({m.moe.n_experts}), `etp` = {lay.expert_tp} "
-            f"the expert FFN width ({m.moe.expert_ffn_hidden_size}), and etp x ep = "
-            f"{lay.expert_tp * lay.ep} the tp x cp x dp = {grid} ranks of a pipeline stage "
-            "(parallel folding: the expert grid etp x ep x edp covers them)"
-        )
+        n_e, f_e = m.moe.n_experts, m.moe.expert_ffn_hidden_size
+        if n_e % lay.ep:
+            lines.append(f"`ep` = {lay.ep} must divide the {n_e} experts (each rank holds whole "
+                         "experts)")
+        if f_e % lay.expert_tp:
+            lines.append(f"`etp` = {lay.expert_tp} must divide the expert FFN width ({f_e}): "
+                         "each expert-TP rank holds whole columns")
+        if grid % (lay.expert_tp * lay.ep):
+            lines.append(
+                f"etp x ep = {lay.expert_tp} x {lay.ep} = {lay.expert_tp * lay.ep} must divide "
+                f"the tp x cp x dp = {lay.tp} x {lay.cp} x {lay.dp} = {grid} ranks of a pipeline "
+                "stage (parallel folding: the expert grid etp x ep x edp covers them); use a "
+                "smaller ep or etp, or more data-parallel ranks")
     if flags & Reject.TP_NODE:
         lines.append(
             (f"`tp` = {lay.tp}" if lay.expert_tp == lay.tp

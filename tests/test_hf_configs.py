@@ -155,6 +155,11 @@ def test_names_come_from_the_config_not_from_config_json(tmp_path):
     ("num_hidden_layers", True, "must be an integer"),
     ("num_attention_heads", "32", "must be an integer"),
     ("vocab_size", 32000.5, "must be an integer"),
+    # read as untied before (the family's default): 7.2 vs 7.5 B parameters, silently
+    ("tie_word_embeddings", "true", "not a JSON boolean"),
+    ("tie_word_embeddings", 1, "not a JSON boolean"),
+    # an encoder planned as a causal decoder, silently
+    ("model_type", "bert", "an encoder or encoder-decoder model"),
 ])
 def test_invalid_values_are_errors_naming_the_field(tmp_path, key, value, words):
     cfg = json.loads((HF / "mistral-7b.json").read_text())
@@ -164,6 +169,17 @@ def test_invalid_values_are_errors_naming_the_field(tmp_path, key, value, words)
         load_model(str(f))
     msg = str(exc.value)
     assert f"`{key}` = {value!r}" in msg and words in msg and "\n" not in msg
+
+
+def test_a_hybrid_family_without_its_layer_key_is_an_error(tmp_path):
+    # qwen3_next without `layer_types` was costed as attention on every layer
+    cfg = json.loads((HF / "mistral-7b.json").read_text())
+    for family, key in (("qwen3_next", "layer_types"), ("nemotron_h", "hybrid_override_pattern")):
+        f = tmp_path / "config.json"
+        f.write_text(json.dumps({**cfg, "model_type": family}))
+        with pytest.raises(SpecError) as exc:
+            load_model(str(f))
+        assert f"model_type {family!r} without `{key}`" in str(exc.value)
 
 
 def test_moe_without_top_k_is_an_error(tmp_path):

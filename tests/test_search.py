@@ -386,3 +386,20 @@ def test_layer_counts_beyond_the_layers_are_refused_by_name():
             in str(err.value))
     ok = estimate(p, Layout(dp=4, pp=2, recompute="full", recompute_layers=16))
     assert ok["layout"]["recompute_layers"] == 16
+
+
+def test_the_experts_refusal_names_the_part_broken():
+    # it listed all three conditions for any of them: ep 8 divides Mixtral's 8 experts and
+    # etp 8 its 14,336-wide experts; only etp x ep = 64 > tp x cp x dp = 16 is broken
+    from autoparallel import Layout
+    from autoparallel.errors import SpecError
+
+    p = make_problem("mixtral-8x7b", "h100", 16, 4096, 64)
+    with pytest.raises(SpecError) as err:
+        estimate(p, Layout(tp=8, ep=8, etp=8))
+    msg = str(err.value)
+    assert "etp x ep = 8 x 8 = 64 must divide the tp x cp x dp = 8 x 1 x 2 = 16 ranks" in msg
+    assert "divide the 8 experts" not in msg and "FFN width" not in msg
+    with pytest.raises(SpecError) as err:
+        estimate(p, Layout(tp=2, ep=3))
+    assert "`ep` = 3 must divide the 8 experts" in str(err.value)

@@ -40,9 +40,18 @@ GATED_FAMILIES = frozenset({
 """`model_type`s whose MLP is gated (SwiGLU/GeGLU: gate, up and down matrices)."""
 PLAIN_FAMILIES = frozenset({
     "gpt2", "gpt_neox", "gptj", "gpt_bigcode", "opt", "bloom", "falcon", "phi", "starcoder2",
-    "mpt", "bert", "roberta", "codegen",
+    "mpt", "codegen",
 })
 """`model_type`s with a plain two-matrix MLP (up, activation, down)."""
+NOT_DECODER_FAMILIES = frozenset({
+    "bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2",
+    "t5", "mt5", "bart", "mbart", "pegasus", "whisper", "vit", "clip", "siglip",
+})
+"""`model_type`s that are encoders or encoder-decoders: bidirectional attention (or a second
+stack) that the planner's causal decoder layers do not describe."""
+HYBRID_KEYS = {"qwen3_next": "layer_types", "nemotron_h": "hybrid_override_pattern"}
+"""Hybrid families and the key that says which layer is which (`hf_hybrid`): without it every
+layer would be costed as attention."""
 TIED_FAMILIES = frozenset({
     "gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "gpt_bigcode", "opt", "bloom", "falcon",
     "starcoder2", "mpt", "codegen",
@@ -136,10 +145,13 @@ def _activation(cfg: dict, family: str, source: str) -> str:
     return "gelu"
 
 
-def _tied(cfg: dict, family: str) -> bool:
+def _tied(cfg: dict, family: str, source: str) -> bool:
     v = cfg.get("tie_word_embeddings")
     if isinstance(v, bool):
         return v
+    if v is not None:  # "true", 1: the parameter count would follow the family's default
+        raise _Reader(cfg, source).fail("tie_word_embeddings", v, "not a JSON boolean",
+                                        "write true or false, unquoted")
     if family in UNTIED_FAMILIES:
         return False
     return True  # TIED_FAMILIES, and transformers' PretrainedConfig default
@@ -230,6 +242,16 @@ def hf_config_to_model_dict(cfg: dict, default_name: str | None, source: str) ->
     kv = r.count("num_key_value_heads",
                  fix="remove the key for multi-head attention, or give the number of KV heads")
     family = (r.text("model_type") or "").lower()
+    if family in NOT_DECODER_FAMILIES:
+        raise r.fail("model_type", family, "an encoder or encoder-decoder model, whose "
+                     "bidirectional layers the planner's causal decoder layers do not describe",
+                     "give the config of a decoder-only language model")
+    key = HYBRID_KEYS.get(family)
+    if key is not None and cfg.get(key) is None:
+        raise SpecError(f"model ({source}): model_type {family!r} without `{key}`: it says "
+                        "which layers are attention and which are not, and without it every "
+                        f"layer would be costed as attention; give `{key}` as the published "
+                        "config has it")
     r.text("_name_or_path")
     ffn = r.count("intermediate_size_mlp") or r.count(
         "intermediate_size", fix="give the MLP width (`intermediate_size`)")
@@ -246,7 +268,7 @@ def hf_config_to_model_dict(cfg: dict, default_name: str | None, source: str) ->
         "ffn_hidden_size": ffn,
         "vocab_size": vocab,
         "activation": _activation(cfg, family, source),
-        "tied_embeddings": _tied(cfg, family),
+        "tied_embeddings": _tied(cfg, family, source),
     }
     name = str(cfg.get("_name_or_path") or "").rstrip("/").split("/")[-1] or default_name
     if name:
