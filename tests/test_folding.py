@@ -68,7 +68,7 @@ def test_rule_lets_ep_exceed_dp_and_refuses_what_does_not_fold():
 def test_estimate_accepts_the_published_layout_and_names_what_breaks():
     rec = estimate(_ds(), Layout.from_slug(PUBLISHED))
     assert (rec["layout"]["etp"], rec["layout"]["edp"], rec["layout"]["ep"]) == (1, 1, 64)
-    with pytest.raises(SpecError, match=r"etp x ep = 128 the tp x cp x dp = 64 ranks"):
+    with pytest.raises(SpecError, match=r"etp x ep = 2 x 64 = 128 must divide the tp x cp x dp = 2 x 1 x 32 = 64 ranks"):
         estimate(_ds(), Layout.from_slug(PUBLISHED.replace("etp1", "etp2")))
     dense = make_problem("llama3-8b", "h100", 8, 4096, 64)
     with pytest.raises(SpecError, match="a dense model has no experts"):
