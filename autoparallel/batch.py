@@ -4,6 +4,7 @@ group is one vectorised evaluation. A malformed row gets an `error` and the othe
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from .errors import AutoParallelError, SpecError
 from .evaluate import _layout_error, evaluate
 from .layouts import LayoutTable
 from .limits import MAX_SPEC_INT
+from .values import parse_count, parse_global_batch
 from .problem import make_problem
 from .rules import Reject
 from .specs.job import JOB_FIELDS, JobSpec
@@ -38,6 +40,8 @@ SPLIT_COLUMN = "stage_layers"
 """Optional column: layers per pipeline stage (`7,8x14,7`); blank = even, or the balanced split
 `plan` takes where pp x vp does not divide the layers (`splits.with_default_split`). The
 output holds the split each row was scored with and a `note` where it was filled in."""
+_SUFFIXED = re.compile(r"[0-9]+(\.[0-9]+)?\s*[KMGkmg]")
+"""A count with a binary suffix (`values.parse_count`: 4K = 4,096)."""
 _TRUE, _FALSE = {"1", "true", "yes", "on", "t", "y"}, {"0", "false", "no", "off", "f", "n"}
 OUTPUT_COLUMNS = ("fits", "mfu", "tokens_per_s_per_gpu", "note", "error")
 """Columns `score_frame` adds besides the `mem_*` / `time_*` ledger columns: an output read back
@@ -85,7 +89,12 @@ def _int(row, col):
     try:
         number = float(text)
     except ValueError:
-        raise SpecError(f"`{col}` = {text!r} is not a number") from None
+        if not _SUFFIXED.fullmatch(text):
+            raise SpecError(f"`{col}` = {text!r} is not a number") from None
+        # 4K = 4,096 as the command line reads it; a global batch with a suffix is tokens
+        if col == "global_batch":
+            return parse_global_batch(text, _int(row, "seq_len"), name=col, high=MAX_SPEC_INT)
+        return parse_count(text, col, low=0 if col == "zero" else 1, high=MAX_SPEC_INT)
     if not math.isfinite(number) or number != int(number) or number < 1 and col != "zero":
         raise SpecError(f"`{col}` = {text!r} must be a positive whole number")
     if number > MAX_SPEC_INT:
@@ -140,6 +149,10 @@ def job_from_row(row) -> dict:
 def read_layouts_csv(path: str | Path) -> pd.DataFrame:
     """Read the batch input, checking the required columns are present."""
     frame = read_csv_strings(path, f"--input {path}")
+    frame.columns = [str(c).strip() for c in frame.columns]  # ` model , gpu ` as written by hand
+    if len(frame.columns) == 1 and ";" in frame.columns[0]:
+        raise SpecError(f"--input {path}: its header {frame.columns[0][:60]!r} is separated by "
+                        "semicolons; the batch input is comma-separated CSV")
     required = [c for c in INPUT_COLUMNS if c not in _OPTIONAL_DEFAULTS]
     missing = [c for c in required if c not in frame.columns]
     if not missing:

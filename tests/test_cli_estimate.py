@@ -279,3 +279,22 @@ def test_names_from_user_files_print_as_written(tmp_path):
         r = run_cli(cmd, *p, "--top", "1") if cmd == "plan" else run_cli(cmd, *p)
         assert r.returncode == 0, r.stderr
         assert r.stdout.startswith("[bold red]mine[/] 8b ("), r.stdout[:80]
+
+
+def test_batch_csv_reads_what_the_command_line_reads(tmp_path):
+    # `4K` and a global batch in tokens (`256K`) were "not a number" in a CSV, though the
+    # command line takes both; a header written with blanks lost its columns; a semicolon file
+    # read as "missing column(s)"
+    from autoparallel.batch import read_layouts_csv, score_frame
+    from autoparallel.errors import SpecError
+
+    f = tmp_path / "in.csv"
+    f.write_text(" model , gpu ,n_gpus,seq_len,global_batch,tp,pp\n"
+                 "llama3-8b,h100,8,4K,256K,2,1\n"
+                 "llama3-8b,h100,8,4096,64,2,1\n")
+    out = score_frame(read_layouts_csv(f))
+    assert list(out["error"]) == ["", ""]
+    assert out.loc[0, "time_step_s"] == out.loc[1, "time_step_s"]  # 256K tokens = 64 x 4096
+    f.write_text("model;gpu;n_gpus;seq_len;global_batch;tp;pp\nllama3-8b;h100;8;4096;64;2;1\n")
+    with pytest.raises(SpecError, match="separated by semicolons"):
+        read_layouts_csv(f)

@@ -269,3 +269,17 @@ def test_moe_presets_agree_with_their_published_configs(preset, fixture):
     for field in ("n_params", "n_params_active", "n_dense_layers", "n_moe_layers", "n_mtp",
                   "n_groups", "topk_groups", "window", "n_window_layers"):
         assert getattr(a, field) == pytest.approx(getattr(b, field), rel=1e-12), field
+
+
+def test_a_snapshot_folder_an_empty_name_and_a_capitalised_preset(tmp_path):
+    # a downloaded snapshot is a folder holding config.json ("Is a directory" before); an empty
+    # --model read the current folder; model presets took only their exact spelling
+    folder = tmp_path / "Llama-3.1-8B"
+    folder.mkdir()
+    (folder / "config.json").write_text((HF / "llama-3.1-8b.json").read_text())
+    assert load_model(str(folder)) == load_model(str(folder / "config.json"))
+    with pytest.raises(SpecError, match="is a folder; give a .toml/.json file"):
+        load_model(str(tmp_path))
+    with pytest.raises(SpecError, match="`model` is empty"):
+        load_model("")
+    assert load_model("Llama3-8B") == load_model("llama3-8b")

@@ -47,7 +47,11 @@ def estimate_command(
         if fmt == Fmt.json:
             raise SpecError("--input writes CSV (to --output FILE or stdout); --format json is "
                             "for one layout")
-        scored = score_frame(read_layouts_csv(input), rules=rules, job=problem.job())
+        frame = read_layouts_csv(input)
+        if not len(frame):
+            typer.echo(f"note: --input {input} has a header and no rows: nothing to score",
+                       err=True)
+        scored = score_frame(frame, rules=rules, job=problem.job())
         if output:
             write_whole("--output", output, scored.to_csv(index=False))
             bad = int((scored["error"] != "").sum())

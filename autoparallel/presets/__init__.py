@@ -121,11 +121,23 @@ def _unknown(kind: str, ref: str, names: list[str]) -> SpecError:
 
 
 def _resolve(kind: str, ref: str, names: list[str]) -> tuple[dict, str]:
-    """Return (raw dict, source label) for a preset name or a file path."""
+    """Return (raw dict, source label) for a preset name or a file path (for a model, also a
+    folder holding a Hugging Face `config.json`, as a downloaded snapshot does)."""
+    if not ref.strip():
+        raise SpecError(f"`{kind}` is empty: give a preset name ({', '.join(names[:4])}, ...) or "
+                        "a .toml/.json file")
+    if ref not in names and ref.lower() in names and not Path(ref).exists():
+        ref = ref.lower()  # presets are lower case: Llama3-8B is llama3-8b
     if ref in names:
         folder = {"model": "models", "gpu": "gpus", "stack": "stacks", "network": "networks"}[kind]
         return copy.deepcopy(_preset_table(folder, ref)), f"preset {ref}"
     path = Path(ref)
+    if path.is_dir():
+        if kind == "model" and (path / "config.json").is_file():
+            return read_table(path / "config.json"), str(path / "config.json")
+        raise SpecError(f"`{kind}` = {ref!r} is a folder; give a .toml/.json file"
+                        + (" (a folder is read when it holds a Hugging Face config.json)"
+                           if kind == "model" else ""))
     if path.suffix.lower() in {".toml", ".json"} or path.exists():
         if not path.exists():
             raise SpecError(f"`{kind}` = {ref!r}: file not found")
@@ -158,6 +170,8 @@ def load_model(ref: str | ModelSpec) -> ModelSpec:
         return ref
     data, source = _resolve("model", str(ref), list_models())
     path = Path(str(ref))
+    if path.is_dir():  # a snapshot folder: named as its config.json would be
+        path = path / "config.json"
     family = ""
     if is_hf_config(data):
         # Name: `_name_or_path`, else the file's own name unless it is `config`, else the
