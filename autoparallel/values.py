@@ -41,6 +41,8 @@ def parse_count(text: str | int, name: str, *, low: int = 1, high: int | None = 
         value = text
     else:
         m = _COUNT.fullmatch(str(text))
+        if not m and _COUNT.fullmatch(str(text).strip().removeprefix("-")):
+            raise SpecError(f"`{name}` = {text!r}: must be at least {low}")  # a negative count
         if not m:
             raise SpecError(f"`{name}` = {text!r}: give a whole number, optionally with a binary "
                             "suffix K, M or G (8K = 8,192), e.g. 8, 4096 or 16K")

@@ -196,3 +196,15 @@ def test_one_row_by_hand_on_a_small_job():
     factor_d, _ = young_daly(8)
     assert d["days"] == pytest.approx(
         2e9 / (64 * 2048 / d["step_s"]) / 86400 * factor_d, rel=1e-12)
+
+
+def test_a_deadline_no_count_can_meet_is_said_not_offered_as_a_range():
+    # 64 GPUs taking 288.6 days against a 1 s deadline: it offered --gpus 64:3192131064:x2,
+    # which --gpus then refused (more than 2^20 GPUs)
+    from autoparallel.cli.capacity_cmd import _more_gpus
+
+    rows = [{"gpu": "h100", "n_gpus": 64, "fits": True, "days_high": 288.6}]
+    said = _more_gpus(rows, "h100", 1.0 / 86400.0)
+    assert "so no count meets this deadline" in said and "try --gpus" not in said
+    said = _more_gpus(rows, "h100", 100.0)  # 64 x 288.6 / 100 = 185
+    assert said.endswith("at least 185 GPUs (linear scaling, the best case): try --gpus 64:370:x2")

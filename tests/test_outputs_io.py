@@ -304,3 +304,16 @@ def test_the_command_leaves_with_its_output_whole_and_its_exit_handlers_run(tmp_
     bad = _as_console_script([*PLAN_8B[:2], "no-such-model", *PLAN_8B[3:]], marker)
     assert bad.returncode == 2 and bad.stderr.startswith("error: `model` = 'no-such-model'")
     assert marker.read_text() == "ran"
+
+
+def test_an_estimate_csv_is_not_called_a_sweep_of_another_version(tmp):
+    # `estimate --input` output starts model,gpu,n_gpus, too: it was "a sweep CSV of another
+    # schema version ... its header has 7"
+    from autoparallel.errors import OutputError
+    from autoparallel.output.sweep_csv import read_existing
+
+    estimate_out = b"model,gpu,n_gpus,seq_len,global_batch,tp,pp,mem_total_gib\nllama3-8b\n"
+    with pytest.raises(OutputError, match="not a sweep CSV"):
+        read_existing(estimate_out, tmp / "e.csv")
+    with pytest.raises(OutputError, match="a sweep CSV of another schema version"):
+        read_existing(FOREIGN["another schema version"], tmp / "s.csv")

@@ -131,3 +131,21 @@ def test_malformed_toml(tmp_path):
     f.write_text("name = \n")
     with pytest.raises(SpecError, match="not valid TOML"):
         load_model(str(f))
+
+
+def test_a_node_that_does_not_split_into_domains_and_a_gpu_too_small_for_anything():
+    # scaleup_domain 3 on 8-GPU nodes was accepted (TP groups of 3 on an 8-GPU board); a GPU of
+    # 0.001 GiB said "needs 18.4 GiB of its -1.1 usable ... try more GPUs"
+    from autoparallel.search.plan import plan
+
+    odd = load_gpu("h100").model_copy(update={"scaleup_domain": 3, "name": "odd"})
+    with pytest.raises(SpecError, match="a node of 8 GPUs does not split into whole scale-up "
+                                        "domains of 3"):
+        make_problem("llama3-8b", odd, 8, 4096, 64)
+    assert make_problem("llama3-8b", odd, 3, 4096, 64, gpus_per_node=3).cluster.nvlink_domain == 3
+    tiny = load_gpu("h100").model_copy(update={"hbm_gib": 0.001, "name": "tiny"})
+    res = plan(make_problem("llama3-8b", tiny, 8, 4096, 64), top=1)
+    assert res.n_fit == 0
+    said = res.nothing_fits_message()
+    assert "less than the CUDA context and NCCL buffers alone" in said
+    assert "try more GPUs" not in said

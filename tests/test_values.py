@@ -20,7 +20,8 @@ def test_counts():
     assert parse_count("8k", "--seq-len") == 8192
     assert parse_count("1.5K", "x") == 1536 and parse_count(" 64 ", "x") == 64
     assert parse_count("2M", "x") == 2 * 1024 ** 2 and parse_count("1G", "x") == 1024 ** 3
-    for bad, why in (("1.3K", "not a whole number"), ("0", "at least 1"), ("-8", "whole number"),
+    for bad, why in (("1.3K", "not a whole number"), ("0", "at least 1"),
+                     ("-8", "must be at least 1"),
                      ("K", "whole number"), ("16KK", "whole number"), ("", "whole number"),
                      ("2K", "more than 1,024")):
         with pytest.raises(SpecError, match=why):

@@ -14,6 +14,8 @@ from ..output.files import strict_json
 from ..capacity_model import (CKPT_RESTORE_S, CKPT_WRITE_S, MTBF_GPU_HOURS, NODE_OVERHEAD,
                                POWER_FRACTION, PUE, Assumptions)
 from ..errors import SpecError
+from ..limits import MAX_GPUS
+from ..values import format_duration
 from . import command
 from .options import PROBLEM, Fmt, FormatOpt, JobOptions, PlotOpt, with_options
 
@@ -67,7 +69,8 @@ def print_capacity(out: dict, console: Console) -> None:
         for gpu, n in d["smallest_n_gpus"].items():
             verdict = (f"{n:,} GPUs" if n is not None else
                        _more_gpus(out["rows"], gpu, d["days"]))
-            console.print(f"deadline {d['days']:.0f} days at the slow end of the band, {gpu}: "
+            console.print(f"deadline {format_duration(d['days'] * 86400.0)} at the slow end of "
+                          f"the band, {gpu}: "
                           f"[b]{verdict}[/b]")
 
 
@@ -79,9 +82,12 @@ def _more_gpus(rows: list[dict], gpu: str, deadline_days: float) -> str:
         return "none of the counts given fits this model; give larger counts"
     r = max(fitting, key=lambda r: r["n_gpus"])
     need = math.ceil(r["n_gpus"] * r["days_high"] / deadline_days)
-    return (f"none of the counts given; the largest, {r['n_gpus']:,}, takes "
-            f"{r['days_high']:.1f} days, so at least {need:,} GPUs (linear scaling, the best "
-            f"case): try --gpus {r['n_gpus']}:{max(need * 2, r['n_gpus'] * 2)}:x2")
+    said = (f"none of the counts given; the largest, {r['n_gpus']:,}, takes "
+            f"{r['days_high']:.1f} days, so at least {need:,} GPUs (linear scaling, the best case)")
+    if need > MAX_GPUS:  # a range to try would be refused (`--gpus` bound)
+        return (f"{said}: more than the {MAX_GPUS:,} GPUs a job may have, so no count meets "
+                "this deadline; give a later --deadline, fewer --tokens or a faster GPU")
+    return f"{said}: try --gpus {r['n_gpus']}:{min(max(need * 2, r['n_gpus'] * 2), MAX_GPUS)}:x2"
 
 
 @command("capacity")
@@ -119,7 +125,7 @@ def capacity_command(
     if rank_by not in RANK_BY:
         raise SpecError(f"`--rank-by` = {rank_by!r}: choose {' or '.join(RANK_BY)}")
     check_output("--plot", plot, plot=True)
-    kinds = [g.strip() for g in gpu.split(",") if g.strip()]
+    kinds = list(dict.fromkeys(g.strip() for g in gpu.split(",") if g.strip()))  # once each
     counts = parse_counts(gpus)
     prices = parse_prices(price, kinds)
     days = parse_duration(deadline) if deadline else None

@@ -182,7 +182,9 @@ def read_existing(raw: bytes, path: Path, flag: str = "--output") -> Existing:
         raise _refuse(path, flag, f"not a sweep CSV (it starts {_show(raw)})")
     if raw[: first_end + 1] != HEADER:
         first = raw[:first_end]
-        if first.startswith(b"model,gpu,n_gpus,"):
+        # a sweep's header ranks its rows; an estimate's (`--input` output) has no rank
+        if first.startswith(b"model,gpu,n_gpus,") and {b"rank", b"problem_rows"} & set(
+                first.split(b",")):
             why = (f"a sweep CSV of another schema version (this version writes schema "
                    f"{SWEEP_SCHEMA_VERSION}, {len(SWEEP_COLUMNS)} columns; its header has "
                    f"{first.count(b',') + 1})")

@@ -125,6 +125,12 @@ def nothing_fits_message(result) -> str:
         return (f"{head}: every layout breaks a rule ({counts}). Check the model's heads/layers "
                 "against the GPU count, the batch against dp, or lift a rule.")
     ev = result.nearest
+    usable = float(ev.memory["usable"][0]) / GiB
+    if usable <= 0:  # no layout can help: the GPU is smaller than what lies outside PyTorch
+        outside = float(ev.memory["capacity"][0]) / GiB - usable
+        return (f"{head}: the {p.cluster.gpu.name}'s {p.cluster.gpu.hbm_gib:g} GiB are less than "
+                f"the CUDA context and NCCL buffers alone ({outside:.1f} GiB), so no layout "
+                "fits; check the GPU's `hbm_gib`")
     mems = {n: float(ev.memory[n][0]) / GiB for n in MEM_PARTS}
     top = sorted(mems.items(), key=lambda kv: -kv[1])[:2]
     parts = ", ".join(f"{n} {v:.1f}" for n, v in top)

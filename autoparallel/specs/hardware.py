@@ -229,6 +229,13 @@ class ClusterSpec(Spec):
                 f"{self.n_gpus // self.gpus_per_node * self.gpus_per_node} or "
                 f"{(self.n_gpus // self.gpus_per_node + 1) * self.gpus_per_node}"
             )
+        board = self._board_domain()
+        if board < self.gpus_per_node and self.gpus_per_node % board:
+            raise ValueError(
+                f"`scaleup_domain` ({self.gpu.scaleup_domain}) of {self.gpu.name}: a node of "
+                f"{self.gpus_per_node} GPUs does not split into whole scale-up domains of "
+                f"{board}; give a domain that divides the node (or --gpus-per-node a multiple "
+                "of it)")
         if self.network is not None:
             domain = self.nvlink_domain
             first = self.network.tiers[0].size
