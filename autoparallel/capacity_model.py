@@ -108,11 +108,18 @@ class Assumptions:
                              ("ckpt_restore_s", 0.0, week), ("power_fraction", 0.0, 2.0),
                              ("node_overhead", 0.0, 10.0), ("pue", 1.0, 10.0)):
             v = getattr(self, name)
+            said = f"`{name}` ({ASSUMPTION_FLAGS[name]})"  # the field, and the option setting it
             if not (v >= lo) or math.isinf(v) or (name in ("mtbf_gpu_hours",) and v <= 0):
-                raise SpecError(f"`{name}` = {v}: must be {'> 0' if name == 'mtbf_gpu_hours' else f'>= {lo}'}")
+                raise SpecError(f"{said} = {v}: must be {'> 0' if name == 'mtbf_gpu_hours' else f'>= {lo}'}")
             if v > hi:
-                raise SpecError(f"`{name}` = {v:g}: beyond the sanity bound {hi:g}; give a "
+                raise SpecError(f"{said} = {v:g}: beyond the sanity bound {hi:g}; give a "
                                 "realistic value")
+
+
+ASSUMPTION_FLAGS = {"mtbf_gpu_hours": "--mtbf", "ckpt_write_s": "--ckpt-write",
+                    "ckpt_restore_s": "--ckpt-restore", "power_fraction": "--power-fraction",
+                    "node_overhead": "--node-overhead", "pue": "--pue"}
+"""The `autoparallel capacity` option that sets each assumption (named in its errors)."""
 
 
 def goodput(n_gpus: int, a: Assumptions) -> tuple[float, float, float]:

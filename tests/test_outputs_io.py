@@ -317,3 +317,16 @@ def test_an_estimate_csv_is_not_called_a_sweep_of_another_version(tmp):
         read_existing(estimate_out, tmp / "e.csv")
     with pytest.raises(OutputError, match="a sweep CSV of another schema version"):
         read_existing(FOREIGN["another schema version"], tmp / "s.csv")
+
+
+def test_a_directory_given_as_a_typed_output_is_called_a_directory(tmp):
+    # `--output csv` (a directory) read "unknown file type '(none)'"
+    from autoparallel.cli.outputs import check_output
+    from autoparallel.errors import SpecError
+
+    folder = tmp / "csv"
+    folder.mkdir(exist_ok=True)
+    with pytest.raises(SpecError, match="is a directory: give a file path inside it"):
+        check_output("--output", str(folder), suffixes=(".toml",))
+    with pytest.raises(SpecError, match="unknown file type '.txt'; use .toml"):
+        check_output("--output", str(tmp / "p.txt"), suffixes=(".toml",))

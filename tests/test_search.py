@@ -403,3 +403,16 @@ def test_the_experts_refusal_names_the_part_broken():
     with pytest.raises(SpecError) as err:
         estimate(p, Layout(tp=2, ep=3))
     assert "`ep` = 3 must divide the 8 experts" in str(err.value)
+
+
+def test_a_sweep_file_given_as_a_space_says_what_it_is():
+    # `--space search_spaces/dense-h100.toml` read "`sweep` = {...}: unknown key"
+    from pathlib import Path
+
+    from autoparallel.errors import SpecError
+    from autoparallel.search.space import load_space
+
+    path = Path(__file__).parents[1] / "search_spaces" / "dense-h100.toml"
+    with pytest.raises(SpecError, match=r"a sweep file \(its \[sweep\] table\) without a "
+                                        r"\[space\] table; run it with `autoparallel sweep"):
+        load_space(path)

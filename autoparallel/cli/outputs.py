@@ -22,15 +22,15 @@ def check_output(flag: str, path: str | None, *, plot: bool = False,
     if not str(path).strip():
         raise SpecError(f"`{flag}` is empty: give a file path")
     p = Path(path)
-    known = PLOT_SUFFIXES if plot else suffixes
-    if known and p.suffix.lower() not in known:
-        raise SpecError(f"`{flag}` = {short_path(path)!r}: unknown file type {p.suffix or '(none)'!r}; "
-                        f"use {', '.join(known)}")
-    try:
+    try:  # first: a directory is no file, whatever its name ends with
         _check_writable(flag, path, p)
     except OSError as exc:  # a name too long for the file system, a loop of links, ...
         raise SpecError(f"`{flag}` = {short_path(path)!r}: cannot be written here "
                         f"({exc.strerror or exc}); give a shorter or other path") from None
+    known = PLOT_SUFFIXES if plot else suffixes
+    if known and p.suffix.lower() not in known:
+        raise SpecError(f"`{flag}` = {short_path(path)!r}: unknown file type {p.suffix or '(none)'!r}; "
+                        f"use {', '.join(known)}")
 
 
 def short_path(path) -> str:

@@ -38,7 +38,7 @@ def sbatch_options(**given: str | None) -> dict[str, str]:
         pattern = TIME if key == "time" else NAME
         if not pattern.match(value):
             what = ("minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 2:00:00)"
-                    if key == "time" else "a name without blanks or quotes")
+                    if key == "time" else "a name of letters, digits and _ . , : + - (no blanks, quotes or shell characters)")
             raise ExportError(f"--{key} {value!r}: sbatch takes {what}")
         out[key] = value
     return out

@@ -128,6 +128,10 @@ def load_space(path: str | Path) -> SearchSpace:
     from ..presets import read_table
 
     data = read_table(Path(path))
+    if "sweep" in data and "space" not in data:
+        raise SpecError(f"search space ({path}): a sweep file (its [sweep] table) without a "
+                        f"[space] table; run it with `autoparallel sweep {path}`, or give a file "
+                        "of axes (tp = [2, 4], ...)")
     table = data.get("space", data)
     try:
         if not isinstance(table, dict):
