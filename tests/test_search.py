@@ -416,3 +416,21 @@ def test_a_sweep_file_given_as_a_space_says_what_it_is():
     with pytest.raises(SpecError, match=r"a sweep file \(its \[sweep\] table\) without a "
                                         r"\[space\] table; run it with `autoparallel sweep"):
         load_space(path)
+
+
+def test_settings_a_search_would_drop_are_refused():
+    # `--layout dp4-tp2-tp4` took the last tp; `--cp-a2a 3 --cp 4` and `--cp-a2a` with a form
+    # list without a2a+ring planned as if it were not given
+    from autoparallel import Layout
+    from autoparallel.errors import SpecError
+
+    with pytest.raises(ValueError, match="layout slug gives 'tp' twice"):
+        Layout.from_slug("dp4-tp2-tp4")
+    p = make_problem("llama3-8b", "h100", 8, 4096, 64)
+    with pytest.raises(SpecError, match=r"--cp-a2a 3: no all-to-all group size u with 1 < u < cp "
+                                        r"divides the cp degrees tried \(4\)"):
+        plan(p, SearchSpace(cp=[4], cp_a2a=[3]), top=1)
+    with pytest.raises(SpecError, match="which --cp-comm ring leaves out"):
+        plan(p, SearchSpace(cp_comm=["ring"], cp_a2a=[2]), top=1)
+    res = plan(p, SearchSpace(cp=[4], cp_a2a=[2], cp_comm=["a2a+ring"]), top=1)
+    assert res.ranked.table.row(0).cp_a2a == 2

@@ -419,8 +419,18 @@ def _with_cp_forms(cols: dict[str, np.ndarray], problem: Problem, space: SearchS
         hier = _cross(base, "cu", sizes)
         cp, u = hier["cp"], hier["cu"]
         hier = _keep(hier, (u > 1) & (u < cp) & (cp % u == 0))
+        if space.cp_a2a and not len(hier["cp"]) and len(base["cp"]):
+            cps = ",".join(str(int(c)) for c in np.unique(base["cp"]))
+            raise SpecError(f"--cp-a2a {_values(space, 'cp_a2a')}: no all-to-all group size u "
+                            f"with 1 < u < cp divides the cp degrees tried ({cps}), so no "
+                            "a2a+ring layout is left; give a u that divides one of them, or "
+                            "leave --cp-a2a out")
         hier["cc"] = np.full(len(hier["cp"]), CP_COMM_CODES[CpComm.A2A_RING], dtype=np.int64)
         parts.append(hier)
+    elif space.cp_a2a:  # the all-to-all size of a form the space does not try
+        raise SpecError(f"--cp-a2a {_values(space, 'cp_a2a')} sizes the all-to-all groups of the "
+                        f"a2a+ring form, which --cp-comm {','.join(f.value for f in forms)} "
+                        "leaves out; add a2a+ring to --cp-comm or leave --cp-a2a out")
     total = sum(len(p["cp"]) for p in parts)
     if total > MAX_LAYOUTS:
         raise _TooMany(total)

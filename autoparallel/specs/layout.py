@@ -391,7 +391,14 @@ class Layout(Spec):
         omitted axes take defaults."""
         fields: dict = {"sp": False}
         schedules = {sch.value.replace("-", ""): sch.value for sch in Schedule}
+        seen: dict[str, str] = {}
         for part in slug.strip().split("-"):
+            axis = re.match(r"(etp|dp|tp|pp|vp|cp|ep|mb|z|r|s(?!p)|ao|oo|sp)", part)
+            name = axis[1] if axis else part
+            if name in seen:  # `dp4-tp2-tp4` took the last tp, silently
+                raise ValueError(f"layout slug gives {name!r} twice ({seen[name]!r} and "
+                                 f"{part!r}); give each axis once")
+            seen[name] = part
             if cpm := re.fullmatch(r"cp(\d+):([a-z0-9+]+)", part):  # cp with its form
                 fields["cp"] = int(cpm[1])
                 fields |= _cp_form_fields(cpm[2], int(cpm[1]))
