@@ -308,15 +308,28 @@ def memory_risk(memory: dict[str, np.ndarray], bands: Bands) -> np.ndarray:
 
 
 BLOCK_ROWS = 131072
-"""Rows a ledger costs at a time (a ledger costs each row on its own: the blocks' results are the
-whole table's). Measured with `WORKERS` = 2 on the 2-core CI machine, `plan` for DeepSeek-V3 on
-16,384 H100 (`benchmarks/search_speed.py`): 1.29 s with blocks of 32,768 rows, 1.22 s with
-65,536, 1.17 s with 131,072 (one thread, 32,768: 1.37 s); a block's temporaries cost about
-115 MB more resident memory at 131,072 than at 32,768."""
+"""Most rows a ledger costs at a time (a ledger costs each row on its own: the blocks' results
+are the whole table's). Measured with `WORKERS` = 2 on the 2-core CI machine, `plan` for
+DeepSeek-V3 on 16,384 H100 (`benchmarks/search_speed.py`): 1.29 s with blocks of 32,768 rows,
+1.22 s with 65,536, 1.17 s with 131,072 (one thread, 32,768: 1.37 s); a block's temporaries cost
+about 115 MB more resident memory at 131,072 than at 32,768."""
+SPLIT_ROWS = 16384
+"""Fewest rows per block when a table is split only to keep every worker busy (a table of
+fewer than `WORKERS` x this is one block: a thread's start costs more than it saves)."""
 WORKERS = min(2, os.cpu_count() or 1)
 """Threads that cost blocks at once. numpy's array loops release the GIL, so two blocks' ledgers
 overlap where their arrays are long; more threads than two gained nothing measurable on the
 blocks' Python-level work, which holds the GIL."""
+
+
+def block_size(n: int) -> int:
+    """Rows per block for a table of `n` rows: equal blocks of at most `BLOCK_ROWS`, and at least
+    `WORKERS` of them once each can hold `SPLIT_ROWS` (154,224 rows: two blocks of 77,112, not
+    131,072 and 23,152, which would leave one thread idle most of the time)."""
+    blocks = -(-n // BLOCK_ROWS)
+    if blocks < WORKERS and n >= WORKERS * SPLIT_ROWS:
+        blocks = WORKERS
+    return -(-n // max(blocks, 1))
 
 
 def _cost_block(ledger, problem: Problem, arch: Arch, table: LayoutTable, start: int, stop: int):
@@ -329,11 +342,12 @@ def _cost_block(ledger, problem: Problem, arch: Arch, table: LayoutTable, start:
 def in_blocks(ledger, problem: Problem, arch: Arch, table: LayoutTable,
               keep: tuple[str, ...] | None = None):
     """`ledger(problem, arch, table)` (`memory_ledger`, `time_ledger`) over blocks of
-    `BLOCK_ROWS` rows, costed by `WORKERS` threads and joined in row order: a dict of every key,
+    `block_size` rows, costed by `WORKERS` threads and joined in row order: a dict of every key,
     or, with `keep`, a `Ledger` that stores those keys for every row and costs the others when
     they are read."""
     n = len(table)
-    if n <= BLOCK_ROWS:
+    size = block_size(n)
+    if n <= size:
         whole = _cost_block(ledger, problem, arch, table, 0, n)
         if keep is None:
             return whole
@@ -342,10 +356,9 @@ def in_blocks(ledger, problem: Problem, arch: Arch, table: LayoutTable,
     # blocks' memory is reused, not held until one join at the end)
     joined: dict[str, np.ndarray] = {}
     keys = None
-    starts = range(0, n, BLOCK_ROWS)
     with ThreadPoolExecutor(WORKERS) as pool:
-        parts = pool.map(lambda i: (i, _cost_block(ledger, problem, arch, table, i,
-                                                   i + BLOCK_ROWS)), starts)
+        parts = pool.map(lambda i: (i, _cost_block(ledger, problem, arch, table, i, i + size)),
+                         range(0, n, size))
         for i, part in parts:
             keys = keys or tuple(part)
             for k in (part if keep is None else keep):

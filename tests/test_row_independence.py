@@ -56,3 +56,17 @@ def test_rows_costed_alike_in_any_order_and_block():
     c = evaluate(p, table.take(few))
     assert np.array_equal(c.time["step"], a.time["step"][few])
     assert np.array_equal(c.memory["total"], a.memory["total"][few])
+
+
+@pytest.mark.parametrize("n", [1, 97, 32767, 32768, 40000, 131072, 131073, 154224, 981780])
+def test_blocks_cover_the_table_in_equal_parts_that_keep_every_worker_busy(n):
+    from autoparallel.evaluate import SPLIT_ROWS, WORKERS, block_size
+
+    size = block_size(n)
+    blocks = -(-n // size)
+    assert 1 <= size <= BLOCK_ROWS and blocks * size >= n > (blocks - 1) * size
+    if n >= WORKERS * SPLIT_ROWS:
+        assert blocks >= WORKERS
+        assert n - (blocks - 1) * size > size // 2  # the last block is not a sliver
+    else:
+        assert blocks == 1
