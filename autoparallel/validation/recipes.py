@@ -85,6 +85,21 @@ def recipes() -> pd.DataFrame:
     return pd.read_csv(data_path(RECIPES_FILE), dtype=str, keep_default_na=False)
 
 
+MATCHED_COLUMNS = ("tp", "pp", "cp", "vp", "ep", "mbs", "gbs", "num_gpus")
+"""The recipe table's layout and size columns a run must equal (`match`)."""
+
+
+@lru_cache(maxsize=1)
+def _indexed() -> pd.DataFrame:
+    """The recipe table with its model keys (`_key`) and the `MATCHED_COLUMNS` as integers,
+    derived once rather than for every run matched."""
+    table = recipes().copy()
+    table["_model_key"] = table["model"].map(_key)
+    for col in MATCHED_COLUMNS:
+        table[f"_{col}"] = table[col].map(_int)
+    return table
+
+
 def _key(text: str) -> str:
     """Model names compared without case, punctuation or a parenthesised variant."""
     return re.sub(r"[^A-Z0-9]", "", re.sub(r"\(.*?\)", "", str(text)).upper())
@@ -114,18 +129,18 @@ def match(row, gpu: str, layout: dict) -> RecipeMatch | None:
     m = re.search(r"NeMo (\d\d\.\d\d(?:\.\d\d)?)", fw)
     if "megatron-bridge" not in fw.lower() or not m:
         return None
-    table = recipes()
+    table = _indexed()
     prec = _precision(row.get("precision"))
     task = {"sft": "SFT", "lora": "LORA"}.get(str(row.get("workload") or "").strip().lower(),
                                               "PRETRAIN")
     want = {"tp": layout["tp"], "pp": layout["pp"], "cp": layout["cp"], "vp": layout["vp"],
             "ep": layout["ep"], "mbs": layout["micro_batch"], "gbs": _int(row.get("gbs")),
             "num_gpus": _int(row.get("num_gpus"))}
-    same = table[(table["model"].map(_key) == _key(row.get("model")))
-                 & (table["gpu"] == gpu.upper()) & (table["precision"] == prec)
-                 & (table["task"] == task)]
+    keep = ((table["_model_key"] == _key(row.get("model"))) & (table["gpu"] == gpu.upper())
+            & (table["precision"] == prec) & (table["task"] == task))
     for col, value in want.items():
-        same = same[same[col].map(_int) == value]
+        keep &= table[f"_{col}"] == value
+    same = table[keep]
     if not len(same):
         return None
     target = RELEASES.index(CONTAINER_RELEASE.get(m.group(1), RELEASES[-1]))

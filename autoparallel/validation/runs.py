@@ -34,7 +34,7 @@ from ..evaluate import evaluate
 from ..layouts import LayoutTable
 from ..presets import load_gpu
 from ..problem import make_problem
-from ..rules import Reject, active_rules, reasons
+from ..rules import active_rules, check_rules, reasons
 from ..specs.hardware import Profile
 from ..specs.layout import Layout
 from ..specs.model import ModelSpec
@@ -252,7 +252,8 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
         assumptions.append(f"recompute not stated: {rc} (least that fits)")
     layout = Layout(**lay, recompute=rc)
     table = LayoutTable.from_layouts([layout], n_gpus, model.n_layers)
-    broken = int(evaluate(problem, table, RULES).reject[0]) & ~int(Reject.OOM)
+    # the rules alone (no ledger): whether the row's memory fits is the prediction's to say
+    broken = int(check_rules(problem, build_arch(model), table, RULES)[0])
     if broken:
         raise RowSkip("layout breaks a rule (" + ", ".join(reasons(broken)) + ")")
     if layout.stage_layers:
