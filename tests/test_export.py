@@ -259,3 +259,24 @@ def test_exporter_contract(name):
     assert exporter.check(small, bad) and all(isinstance(r, str) for r in exporter.check(small, bad))
     with pytest.raises(ExportError):
         exporter.render(small, bad)
+
+
+@pytest.mark.parametrize("value", ["90", "45:30", "2:00:00", "1:90:00", "3-12", "1-0:30",
+                                   "2-04:00:00", "UNLIMITED", "infinite"])
+def test_sbatch_time_takes_every_form_sbatch_parses(value):
+    """sbatch(1) --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, and no limit as
+    INFINITE / UNLIMITED in any case (SLURM src/common/parse_time.c `time_str2secs`, which sums
+    the fields unbounded, so 1:90:00 is 2 h 30 min). Each is written as given."""
+    small = make_problem("llama3-8b", "h100", 16, seq_len=2048, global_batch=32)
+    text = render("slurm", small, Layout(tp=2), time=value)
+    assert f"#SBATCH --time={value}\n" in text
+    assert sbatch_layout(text)["nodes"] == 2
+
+
+@pytest.mark.parametrize("option, value", [("time", "2h"), ("time", "1:2:3:4"), ("time", "1:100:0"),
+                                           ("time", "-1-2"), ("partition", "gpu queue"),
+                                           ("account", "a;rm"), ("qos", "'high'")])
+def test_sbatch_options_refuse_what_sbatch_would_not_read_naming_the_option(option, value):
+    small = make_problem("llama3-8b", "h100", 16, seq_len=2048, global_batch=32)
+    with pytest.raises(ExportError, match=rf"^--{option} .*: sbatch takes "):
+        render("slurm", small, Layout(tp=2), **{option: value})

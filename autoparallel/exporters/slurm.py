@@ -18,9 +18,12 @@ from .megatron import RDZV_PORT, Raw, command_lines, environment, megatron_limit
 
 
 TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}"
-                  r"|\d+-\d+:\d{1,2}:\d{1,2})$")
+                  r"|\d+-\d+:\d{1,2}:\d{1,2}|INFINITE|UNLIMITED)$", re.IGNORECASE)
 """sbatch `--time` forms: minutes, minutes:seconds, hours:minutes:seconds, days-hours,
-days-hours:minutes, days-hours:minutes:seconds (sbatch(1) manual, option --time)."""
+days-hours:minutes, days-hours:minutes:seconds (sbatch(1) manual, option --time), and no limit
+as INFINITE or UNLIMITED in any case (SLURM src/common/parse_time.c `time_str2secs`). SLURM adds
+the fields up without bounding them (`time_str2secs` returns d + h + m + s), so 1:90:00 is
+2 h 30 min to sbatch and is taken as written."""
 NAME = re.compile(r"^[A-Za-z0-9_.,:+-]+$")
 """Partition, account and QOS names as written on an #SBATCH line (no blanks or quotes)."""
 SBATCH_OPTIONS = ("time", "partition", "account", "qos")
@@ -37,7 +40,8 @@ def sbatch_options(**given: str | None) -> dict[str, str]:
         value = str(value).strip()
         pattern = TIME if key == "time" else NAME
         if not pattern.match(value):
-            what = ("minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 2:00:00)"
+            what = ("minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (e.g. 2:00:00) or "
+                    "UNLIMITED"
                     if key == "time" else "a name of letters, digits and _ . , : + - (no blanks, quotes or shell characters)")
             raise ExportError(f"--{key} {value!r}: sbatch takes {what}")
         out[key] = value
