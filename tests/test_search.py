@@ -434,3 +434,33 @@ def test_settings_a_search_would_drop_are_refused():
         plan(p, SearchSpace(cp_comm=["ring"], cp_a2a=[2]), top=1)
     res = plan(p, SearchSpace(cp=[4], cp_a2a=[2], cp_comm=["a2a+ring"]), top=1)
     assert res.ranked.table.row(0).cp_a2a == 2
+
+
+def test_refusals_name_a_search_space_file_key_as_the_file_gave_it(tmp_path):
+    """A value a --space file gave is named as its key in that file, not as a flag the user
+    never typed; a flag that replaces it is named as the flag."""
+    from autoparallel.errors import SpecError
+    from autoparallel.search.space import load_space
+
+    p = make_problem("llama3-8b", "h100", 8, 4096, 64)
+
+    def space(text):
+        path = tmp_path / f"space{len(list(tmp_path.iterdir()))}.toml"
+        path.write_text(text)
+        return load_space(path), path
+
+    tp3, f1 = space("tp = [3]\n")
+    mb3, f2 = space("micro_batch = [3]\n")
+    ends, f3 = space("first_stage_layers = 40\n")
+    cases = [(tp3, f"no layout is left: `tp` = [3] in the search space {f1}: tp x pp x cp "
+              "must divide the 8 GPUs"),
+             (mb3.narrowed(tp=[2]), f"no layout is left: `micro_batch` = [3] in the search "
+              f"space {f2}: a micro-batch must divide"),
+             (ends.narrowed(pp=[2]), f"`first_stage_layers` = 40 in the search space {f3}: "
+              "pins 40 of the model's 32"),
+             (tp3.narrowed(tp=[3]), "no layout is left: --tp 3: tp x pp x cp must divide")]
+    for sp, says in cases:
+        with pytest.raises(SpecError) as err:
+            plan(p, sp, top=1)
+        assert says in str(err.value), str(err.value)
+    assert tp3.given("pp") == "--pp" and tp3.narrowed(pp=[2, 4]).given("pp") == "--pp 2,4"

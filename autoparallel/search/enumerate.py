@@ -82,8 +82,11 @@ def _nonempty(cols: dict[str, np.ndarray], what: str) -> dict[str, np.ndarray]:
     return cols
 
 
-def _values(space: SearchSpace, axis: str) -> str:
-    return ",".join(str(getattr(v, "value", v)) for v in getattr(space, axis) or ())
+def _forms_given(problem: Problem, space: SearchSpace, forms) -> str:
+    """The CP forms searched, as given (`SearchSpace.given`) or as the stack's default."""
+    if space.cp_comm is not None:
+        return space.given("cp_comm")
+    return f"the {problem.stack.name} stack's CP forms ({','.join(f.value for f in forms)})"
 
 
 def enumerate_layouts(problem: Problem, space: SearchSpace | None = None) -> LayoutTable:
@@ -199,7 +202,7 @@ def _enumerate(problem: Problem, space: SearchSpace, prune=None) -> LayoutTable:
     mp = cols["tp"] * cols["pp"] * cols["cp"]
     cols = _keep(cols, n % mp == 0)
     given = [a for a in ("tp", "pp", "cp") if getattr(space, a) is not None]
-    _nonempty(cols, " and ".join(f"--{a} {_values(space, a)}" for a in given)
+    _nonempty(cols, " and ".join(space.given(a) for a in given)
               + f": tp x pp x cp must divide the {n:,} GPUs; degrees that divide it: "
               + ",".join(str(int(d)) for d in div_n[:24]) + ("..." if len(div_n) > 24 else ""))
     cols["dp"] = n // (cols["tp"] * cols["pp"] * cols["cp"])
@@ -208,15 +211,15 @@ def _enumerate(problem: Problem, space: SearchSpace, prune=None) -> LayoutTable:
     # for the V schedules; vp > 1 only with pp > 1
     if space.stage_layers is not None:
         cols = _keep(cols, cols["pp"] == len(space.stage_layers))
-        _nonempty(cols, f"--stage-layers gives {len(space.stage_layers)} pipeline stages, which "
+        _nonempty(cols, f"{space.given('stage_layers')} gives {len(space.stage_layers)} pipeline stages, which "
                   f"the pipeline degrees allowed (--pp, dividing the {n:,} GPUs) do not include")
     vp_auto = np.array(sorted(set(divisors(L).tolist()) | {2}), dtype=np.int64)
     vp_auto = vp_auto[vp_auto <= space.max_vp]
     cols = _cross(cols, "vp", pick("vp", vp_auto))
     cols = _keep(cols, (cols["vp"] == 1) | (cols["pp"] > 1))
-    _nonempty(cols, f"--vp {_values(space, 'vp') if space.vp else ''}: more than one virtual stage "
+    _nonempty(cols, f"{space.given('vp')}: more than one virtual stage "
               "needs a pipeline (pp > 1); allow a pp > 1 or give --vp 1")
-    pinned_ends = [f"--{k.replace('_', '-')} {getattr(space, k)}" for k in
+    pinned_ends = [space.given(k) for k in
                    ("first_stage_layers", "last_stage_layers") if getattr(space, k) is not None]
     ends = (space.first_stage_layers or 0) + (space.last_stage_layers or 0)
     if pinned_ends and ends >= L + (space.first_stage_layers is not None
@@ -225,7 +228,7 @@ def _enumerate(problem: Problem, space: SearchSpace, prune=None) -> LayoutTable:
                         "leaving none for the other stages; pin fewer (the first and last stages "
                         f"hold at most {L} together, with pp 2)")
     cols = _with_splits(cols, problem, space)
-    degrees = " and ".join(f"--{a} {_values(space, a)}" for a in ("pp", "vp")
+    degrees = " and ".join(space.given(a) for a in ("pp", "vp")
                            if getattr(space, a) is not None)
     _nonempty(cols, (f"{' and '.join(pinned_ends)}: pinned stage ends need a pipeline (pp > 1) "
                      f"whose other stages share the rest of the {L} layers evenly"
@@ -246,7 +249,7 @@ def _enumerate(problem: Problem, space: SearchSpace, prune=None) -> LayoutTable:
     sch_ok = np.where(need == 0, cols["vp"] > 1, cols["vp"] == need)
     sch_ok &= (cols["pp"] > 1) | (cols["sch"] == 0)
     cols = _keep(cols, sch_ok & ~_dominated(cols, codes, n_experts > 0))
-    _nonempty(cols, f"--schedule {_values(space, 'schedule') if space.schedule else ''}: "
+    _nonempty(cols, f"{space.given('schedule')}: "
               "1f1b needs vp = 1; interleaved needs pp > 1 and vp > 1; zb-h1 and dualpipe "
               "need pp > 1 and vp = 1; zbv and dualpipev need pp > 1 and vp = 2")
 
@@ -269,7 +272,7 @@ def _enumerate(problem: Problem, space: SearchSpace, prune=None) -> LayoutTable:
         _nonempty(cols, "no micro-batch size to try")
     mb_ok = np.where(replica_ok, (B // cols["dp"]) % cols["mb"] == 0, cols["mb"] == cols["mb"].min())
     cols = _keep(cols, mb_ok)
-    _nonempty(cols, f"--micro-batch {_values(space, 'micro_batch') if space.micro_batch else ''}: "
+    _nonempty(cols, f"{space.given('micro_batch')}: "
               f"a micro-batch must divide the per-replica batch (global batch {B:,} / dp); "
               f"sizes that divide the global batch: "
               + ",".join(str(int(d)) for d in divisors(B)[:16]))
@@ -303,11 +306,11 @@ def _with_experts(cols: dict[str, np.ndarray], problem: Problem, space: SearchSp
     moe = problem.model.moe
     if moe is None:
         if space.etp is not None:
-            raise SpecError(f"--etp {_values(space, 'etp')}: the model has no experts, so "
+            raise SpecError(f"{space.given('etp')}: the model has no experts, so "
                             "expert tensor parallelism does not apply; leave --etp out")
         cols = _cross(cols, "ep", pick("ep", [1]))
         cols = _nonempty(_keep(cols, cols["ep"] == 1),
-                         f"--ep {_values(space, 'ep') if space.ep else ''}: the model has no "
+                         f"{space.given('ep')}: the model has no "
                          "experts, so ep must be 1")
         cols["etp"] = cols["tp"].copy()
         return cols
@@ -318,7 +321,7 @@ def _with_experts(cols: dict[str, np.ndarray], problem: Problem, space: SearchSp
     etp_auto = etp_auto[(etp_auto <= g) & (g % etp_auto == 0)]
     cols = _cross(cols, "ep", pick("ep", ep_auto))
     cols = _keep(cols, E % cols["ep"] == 0)
-    _nonempty(cols, f"--ep {_values(space, 'ep')}: ep must divide the {E} experts; degrees that "
+    _nonempty(cols, f"{space.given('ep')}: ep must divide the {E} experts; degrees that "
               f"do: {','.join(str(int(d)) for d in ep_auto)}")
     if space.etp is None:  # code 0: etp 1; code 1: etp = tp (the same row where tp = 1)
         cols = _cross(cols, "etp", [0, 1])
@@ -329,7 +332,7 @@ def _with_experts(cols: dict[str, np.ndarray], problem: Problem, space: SearchSp
     grid = cols["tp"] * cols["cp"] * cols["dp"]
     cols = _keep(cols, (f_e % cols["etp"] == 0) & (grid % (cols["ep"] * cols["etp"]) == 0)
                  & (cols["etp"] <= g) & (g % cols["etp"] == 0))
-    given = " ".join(f"--{a} {_values(space, a)}" for a in ("ep", "etp")
+    given = " and ".join(space.given(a) for a in ("ep", "etp")
                      if getattr(space, a) is not None)
     return _nonempty(cols, f"{given or 'ep, etp'}: etp x ep must divide the tp x cp x dp ranks "
                      f"of a pipeline stage and etp the expert FFN width ({f_e}); expert-TP "
@@ -369,7 +372,7 @@ def _with_extras(cols: dict[str, np.ndarray], problem: Problem, space: SearchSpa
                                   & (cols["ao"] < problem.model.n_layers))
         cols = _keep(cols, ok)
         if not np.any(cols["ao"] > 0) and space.offload_layers and any(space.offload_layers):
-            raise SpecError(f"--offload-layers {_values(space, 'offload_layers')}: activation "
+            raise SpecError(f"{space.given('offload_layers')}: activation "
                             "offload runs with pp = 1 and recompute none (Megatron-Core), on "
                             f"fewer than the model's {problem.model.n_layers} layers; allow "
                             "--pp 1 and --recompute none")
@@ -401,7 +404,7 @@ def _with_cp_forms(cols: dict[str, np.ndarray], problem: Problem, space: SearchS
         return cols
     if not forms:
         if space.cp is not None and all(c > 1 for c in space.cp):
-            raise SpecError(f"--cp {_values(space, 'cp')}: the {problem.stack.name} stack has no "
+            raise SpecError(f"{space.given('cp')}: the {problem.stack.name} stack has no "
                             "context parallelism (StackSpec.cp_comm is empty); use another "
                             "--stack (megatron-core, torchtitan, deepspeed) or name the forms "
                             "to cost anyway with --cp-comm")
@@ -421,23 +424,23 @@ def _with_cp_forms(cols: dict[str, np.ndarray], problem: Problem, space: SearchS
         hier = _keep(hier, (u > 1) & (u < cp) & (cp % u == 0))
         if space.cp_a2a and not len(hier["cp"]) and len(base["cp"]):
             cps = ",".join(str(int(c)) for c in np.unique(base["cp"]))
-            raise SpecError(f"--cp-a2a {_values(space, 'cp_a2a')}: no all-to-all group size u "
+            raise SpecError(f"{space.given('cp_a2a')}: no all-to-all group size u "
                             f"with 1 < u < cp divides the cp degrees tried ({cps}), so no "
                             "a2a+ring layout is left; give a u that divides one of them, or "
                             "leave --cp-a2a out")
         hier["cc"] = np.full(len(hier["cp"]), CP_COMM_CODES[CpComm.A2A_RING], dtype=np.int64)
         parts.append(hier)
     elif space.cp_a2a:  # the all-to-all size of a form the space does not try
-        raise SpecError(f"--cp-a2a {_values(space, 'cp_a2a')} sizes the all-to-all groups of the "
-                        f"a2a+ring form, which --cp-comm {','.join(f.value for f in forms)} "
+        raise SpecError(f"{space.given('cp_a2a')} sizes the all-to-all groups of the "
+                        f"a2a+ring form, which {_forms_given(problem, space, forms)} "
                         "leaves out; add a2a+ring to --cp-comm or leave --cp-a2a out")
     total = sum(len(p["cp"]) for p in parts)
     if total > MAX_LAYOUTS:
         raise _TooMany(total)
     out = {k: np.concatenate([p[k] for p in parts]) for k in cols}
     if not np.any(out["cp"] > 1) and (space.cp_comm is not None or space.cp_a2a is not None):
-        raise SpecError(f"--cp-comm {','.join(f.value for f in forms)}"
-                        + (f" --cp-a2a {_values(space, 'cp_a2a')}" if space.cp_a2a else "")
+        raise SpecError(_forms_given(problem, space, forms)
+                        + (f" and {space.given('cp_a2a')}" if space.cp_a2a else "")
                         + ": the hierarchical form a2a+ring needs an all-to-all group size u "
                         "with 1 < u < cp dividing cp (e.g. cp 8 with u 2 or 4); allow such a "
                         "cp (--cp) or another form")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, PositiveInt, ValidationError, field_validator
+from pydantic import Field, PositiveInt, PrivateAttr, ValidationError, field_validator
 
 from ..errors import SpecError, format_validation_error
 from ..specs._base import Spec
@@ -114,13 +114,32 @@ class SearchSpace(Spec):
             raise ValueError(f"optimizer offload shares must lie in [0, 1] in steps of 0.01, got {v}")
         return sorted(set(v), key=lambda x: (str(type(x)), x)) if v is not None else v
 
+    _file: str | None = PrivateAttr(default=None)
+    """The file the space was read from (`load_space`), for messages."""
+    _file_axes: frozenset[str] = PrivateAttr(default=frozenset())
+    """The axes that file gave and no flag replaced (`narrowed`)."""
+
     def narrowed(self, **axes) -> SearchSpace:
         """A copy with the given axes replaced (None values are ignored)."""
         update = {k: v for k, v in axes.items() if v is not None}
         try:
-            return SearchSpace.model_validate({**self.model_dump(), **update})
+            out = SearchSpace.model_validate({**self.model_dump(), **update})
         except ValidationError as exc:
             raise SpecError(format_validation_error(exc, "search space")) from None
+        out._file, out._file_axes = self._file, self._file_axes - set(update)
+        return out
+
+    def given(self, axis: str) -> str:
+        """How the values of `axis` were given, for a message: `--tp 3` (a flag or the API),
+        or "`tp` = [3] in the search space FILE" when a file gave them."""
+        value = getattr(self, axis)
+        listed = isinstance(value, (list, tuple))
+        values = ",".join(str(getattr(v, "value", v)) for v in (value if listed else
+                                                                 [value] if value is not None else ()))
+        if axis in self._file_axes:
+            shown = f"[{values}]" if listed else values
+            return f"`{axis}` = {shown} in the search space {self._file}"
+        return f"--{axis.replace('_', '-')} {values}".rstrip()
 
 
 def load_space(path: str | Path) -> SearchSpace:
@@ -136,9 +155,12 @@ def load_space(path: str | Path) -> SearchSpace:
     try:
         if not isinstance(table, dict):
             raise SpecError(f"search space ({path}): `space` must be a table of axes")
-        return SearchSpace.validate_strict(table)
+        space = SearchSpace.validate_strict(table)
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, f"search space ({path})")) from None
+    space._file = str(path)
+    space._file_axes = frozenset(k for k, v in table.items() if v is not None)
+    return space
 
 
 def parse_int_list(text: str | None, flag: str) -> list[int] | None:
