@@ -165,10 +165,14 @@ def test_dgx_cloud_recipes_fit_with_the_stack_and_not_with_fp32_gradients(rows, 
         assert bool(m["fit_peak"][0] <= m["usable"][0]) is fits, stack
 
 
-def _attention(gpu, head_dim):
+def _attention(gpu, head_dim, trained=False):
+    """The kernel at the GPU's forward benchmark (the reference profile), or (`trained`) at the
+    shipped profile's efficiency, what training keeps of it (`validation.attention_prior`)."""
     model = ModelSpec(name="d", n_layers=2, hidden_size=16 * head_dim, n_heads=16,
                       ffn_hidden_size=4096, vocab_size=1000)
     p = make_problem(model, gpu, 8, 8192, 8)
+    if not trained:
+        p = p.model_copy(update={"profile": p.cluster.gpu.reference()})
     flops = 1.0e12  # forward matmul FLOPs: 4 x head_dim per causal score
     scores = flops / (4 * head_dim)
     eta = p.profile.cudnn_attention_efficiency
@@ -193,6 +197,10 @@ def test_softmax_exponentials_bind_where_the_sfus_are_slower_than_the_tensor_cor
     assert exp < mma and h100 == pytest.approx(mma, rel=1e-12)
     # a GPU without the rate (MI300X) keeps the matmul time only
     assert load_gpu("mi300x").sfu_exp_tera_per_s is None
+    # at what training keeps of the kernel (the shipped B200 profile, about 0.58 of the
+    # benchmark) the matmul time exceeds the exponentials' even at head dim 64
+    (b200t, _), mma_t, exp_t = _attention("b200", 64, trained=True)
+    assert exp_t < mma_t and b200t == pytest.approx(mma_t, rel=1e-12)
 
 
 def test_one_chip_one_fit_and_the_nearest_peaks_for_the_rest():

@@ -310,7 +310,9 @@ def calibrate_command(
     with working(f"fitting {', '.join(names)} to the runs of {', '.join(grp)}"):
         result, chosen = fit_group(cases, grp, knobs=names, loss=loss, prior_weight=prior_weight)
     console = _console()
-    base = load_gpu(preset).reference()
+    from ..validation.attention_prior import derated
+
+    base = derated(load_gpu(preset).reference())  # the prior `fit_group` starts from
     t = Table(title=f"fitted knobs ({len(chosen)} runs of {', '.join(grp)})", title_justify="left")
     for col in ("knob", "reference", "fitted", "+- (runs alone)", "identified"):
         t.add_column(col, justify="right" if col != "knob" else "left")

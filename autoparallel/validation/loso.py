@@ -16,6 +16,7 @@ import pandas as pd
 from ..errors import SpecError
 from ..presets import list_gpus, load_gpu, load_profile, read_table
 from ..problem import gpu_nearness
+from .attention_prior import derated
 from .calibrate import DEFAULT_KNOBS, fit, kernel_family, profile_fit_cases
 from .report import predict
 from .runs import RunCase
@@ -56,12 +57,13 @@ def profiles_from_files(paths: Sequence[str | Path]) -> dict:
 def fit_group(cases: Sequence[RunCase], gpus: Sequence[str], knobs=DEFAULT_KNOBS,
               stack: str | None = None, **kw):
     """Fit one profile to the runs of `gpus` (of one `stack`, or of every stack), starting from
-    (and pulled towards) the first preset's reference (uncalibrated) profile."""
+    (and pulled towards) the first preset's reference (uncalibrated) profile, its attention
+    knobs at what training keeps of the kernel benchmarks (`attention_prior.derated`)."""
     chosen = [c for c in cases if c.gpu in gpus and (stack is None or c.stack == stack)]
     if not chosen:
         on = f" of stack {stack}" if stack else ""
         raise SpecError(f"no usable runs{on} on {', '.join(gpus)} to calibrate on")
-    return fit(chosen, load_gpu(gpus[0]).reference(), knobs=knobs, **kw), chosen
+    return fit(chosen, derated(load_gpu(gpus[0]).reference()), knobs=knobs, **kw), chosen
 
 
 
@@ -89,24 +91,27 @@ def loso_predictions(cases: Sequence[RunCase], gpus: Sequence[str] | None = None
     3. "gpu": else every stack's other sources' runs on this GPU group, fitted together;
     4. "reference": else the GPU preset's reference (literature) profile.
     Every fit starts from the reference profile of the GPU it is fitted on, never from a shipped,
-    already-calibrated one."""
+    already-calibrated one, its attention knobs derated by what the *other* sources' long-sequence
+    runs keep of the kernel benchmarks (`attention_prior.kept(exclude=source)`)."""
     from ..specs.stack import STACK_KNOBS
 
     gpus = list(gpus) if gpus else sorted({c.gpu for c in cases})
     target_groups = sorted({group_of(g) for g in gpus})
     cache: dict = {}
 
-    def fit_of(subset, grp, key):
+    def fit_of(subset, grp, key, held_out):
         if key not in cache:
-            cache[key] = fit(subset, load_gpu(grp[0]).reference(), knobs=knobs, **kw)
+            base = derated(load_gpu(grp[0]).reference(), exclude=held_out)
+            cache[key] = fit(subset, base, knobs=knobs, **kw)
         return cache[key]
 
     pool = profile_fit_cases(cases)  # what a shipped profile is fitted on (dense runs)
     frames, fitted = [], {}
     for grp in target_groups:
         chosen = [c for c in cases if c.gpu in grp and c.gpu in gpus]
-        reference = load_gpu(grp[0]).reference()
         for src in sorted({c.source for c in chosen}):
+            # the attention prior without the held-out source's long-sequence measurement
+            reference = derated(load_gpu(grp[0]).reference(), exclude=src)
             rest = [c for c in pool if c.source != src]
             for stack in sorted({c.stack for c in chosen if c.source == src}):
                 held = [c for c in chosen if c.source == src and c.stack == stack]
@@ -119,16 +124,16 @@ def loso_predictions(cases: Sequence[RunCase], gpus: Sequence[str] | None = None
                 others = set(mine_by) - {grp}
                 rest_here = [c for c in rest if c.gpu in grp]
                 if same:
-                    res = fit_of(same, grp, ("stack", grp, src, family))
+                    res = fit_of(same, grp, ("stack", grp, src, family), src)
                     prof, basis = res.profile, "stack"
                 elif others:
                     near = _nearest_group(grp, others)
                     mine = mine_by[near]
-                    res = fit_of(mine, near, ("stack", near, src, family))
+                    res = fit_of(mine, near, ("stack", near, src, family), src)
                     update = {k: v for k, v in res.knobs.items() if k in STACK_KNOBS}
                     prof, basis = reference.model_copy(update=update), f"stack@{near[0]}"
                 elif rest_here:
-                    res = fit_of(rest_here, grp, ("gpu", grp, src))
+                    res = fit_of(rest_here, grp, ("gpu", grp, src), src)
                     prof, basis = res.profile, "gpu"
                 else:
                     res, prof, basis = None, reference, "reference"
