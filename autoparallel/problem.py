@@ -220,7 +220,9 @@ def stack_profile(stack: StackSpec, gpu: GPUSpec) -> tuple[Profile, str]:
     with the stack's knobs fitted on this GPU; where the stack has no runs on this GPU, its knobs
     fitted on the nearest GPU are used: they are fractions of peak and per-step overheads, so
     they carry over with the new GPU's peaks (GEMMs, attention and bandwidth scale with it)."""
-    base = gpu.default_profile()
+    from .attention_prior import preset_profile
+
+    base = preset_profile(gpu)  # its uncalibrated attention at what training keeps
     near = _nearest_fit(stack, gpu)
     if near is None:
         return base, f"{gpu.name} preset (no {stack.name} fit on any GPU)"

@@ -5,7 +5,7 @@ runs anywhere). Prints the TOML blocks to paste into `autoparallel/presets/stack
 (`[profile.<gpu>]`, `[profile_notes]`) and `autoparallel/presets/gpus/<gpu>.toml` (`[profile]`),
 with the in-sample error of each fit. Every fit starts from the GPU preset's reference
 (literature) profile, its attention knobs at what training keeps of the kernel benchmarks
-(`validation.attention_prior.derated`). Benchmarks print figures; nothing here is asserted.
+(`attention_prior.derated`). Benchmarks print figures; nothing here is asserted.
 
     python benchmarks/calibrate_stacks.py [--runs FILE] [--write]
 
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from autoparallel.data import PUBLISHED_RUNS  # noqa: E402
 from autoparallel.output.files import write_whole  # noqa: E402
 from autoparallel.presets import list_stacks, load_gpu  # noqa: E402
-from autoparallel.validation.attention_prior import derated  # noqa: E402
+from autoparallel.attention_prior import derated  # noqa: E402
 from autoparallel.validation.calibrate import (  # noqa: E402
     MOE_KNOBS, fit, kernel_family, profile_fit_cases)
 from autoparallel.validation.loso import group_of  # noqa: E402

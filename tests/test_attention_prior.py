@@ -1,12 +1,12 @@
 """The attention prior: what training keeps of the kernels' forward benchmarks, fitted across
-the sources whose long-sequence runs pin it (autoparallel/validation/attention_prior.py)."""
+the sources whose long-sequence runs pin it (autoparallel/attention_prior.py)."""
 
 import math
 
 import pytest
 
 from autoparallel.presets import load_gpu, load_stack
-from autoparallel.validation.attention_prior import CELLS, KEPT, derated, kept
+from autoparallel.attention_prior import CELLS, KEPT, derated, kept
 
 
 def test_kept_is_the_geometric_mean_of_the_cells_without_the_held_out_source():
@@ -57,3 +57,20 @@ def test_a_stack_without_long_sequence_runs_prices_attention_at_what_training_ke
     bench = load_gpu("gb200").reference().cudnn_attention_efficiency
     assert fitted < 0.7 * bench
     assert fitted == pytest.approx(KEPT * bench, rel=0.1)
+
+
+def test_a_stack_with_no_fit_anywhere_keeps_only_the_preset_s_calibrated_attention():
+    """DeepSpeed has no runs: its profile is the GPU preset's, whose literature attention knobs
+    (B200's 0.45 FA2, H100's 0.6 cuDNN) take KEPT and whose fitted one (H100's FA2 0.184, fitted
+    on the H100 runs) stays as fitted."""
+    from autoparallel import make_problem
+
+    b200 = make_problem("llama3-8b", "b200", 8, 4096, 64, stack="deepspeed")
+    assert "no deepspeed fit" in b200.profile_basis
+    assert b200.profile.attention_efficiency == pytest.approx(0.45 * KEPT, rel=1e-12)
+    assert b200.profile.cudnn_attention_efficiency == pytest.approx(
+        load_gpu("b200").default_profile().cudnn_attention_efficiency * KEPT, rel=1e-12)
+    h100 = make_problem("llama3-8b", "h100", 8, 4096, 64, stack="deepspeed")
+    assert h100.profile.attention_efficiency == load_gpu("h100").default_profile().attention_efficiency
+    assert h100.profile.attention_efficiency != load_gpu("h100").reference().attention_efficiency
+    assert h100.profile.cudnn_attention_efficiency == pytest.approx(0.6 * KEPT, rel=1e-12)

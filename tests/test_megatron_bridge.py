@@ -167,7 +167,7 @@ def test_dgx_cloud_recipes_fit_with_the_stack_and_not_with_fp32_gradients(rows, 
 
 def _attention(gpu, head_dim, trained=False):
     """The kernel at the GPU's forward benchmark (the reference profile), or (`trained`) at the
-    shipped profile's efficiency, what training keeps of it (`validation.attention_prior`)."""
+    shipped profile's efficiency, what training keeps of it (`attention_prior`)."""
     model = ModelSpec(name="d", n_layers=2, hidden_size=16 * head_dim, n_heads=16,
                       ffn_hidden_size=4096, vocab_size=1000)
     p = make_problem(model, gpu, 8, 8192, 8)

@@ -310,7 +310,7 @@ def calibrate_command(
     with working(f"fitting {', '.join(names)} to the runs of {', '.join(grp)}"):
         result, chosen = fit_group(cases, grp, knobs=names, loss=loss, prior_weight=prior_weight)
     console = _console()
-    from ..validation.attention_prior import derated
+    from ..attention_prior import derated
 
     base = derated(load_gpu(preset).reference())  # the prior `fit_group` starts from
     t = Table(title=f"fitted knobs ({len(chosen)} runs of {', '.join(grp)})", title_justify="left")

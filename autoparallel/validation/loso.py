@@ -16,7 +16,7 @@ import pandas as pd
 from ..errors import SpecError
 from ..presets import list_gpus, load_gpu, load_profile, read_table
 from ..problem import gpu_nearness
-from .attention_prior import derated
+from ..attention_prior import derated
 from .calibrate import DEFAULT_KNOBS, fit, kernel_family, profile_fit_cases
 from .report import predict
 from .runs import RunCase

@@ -28,14 +28,16 @@ shows rather than at the forward benchmark (before, Megatron-Bridge on B200/GB20
 its cuDNN reference, and a long-context plan there priced attention 1.7x too fast).
 
 Leave-one-source-out folds take `KEPT` without the held-out source's cells (`kept(exclude)`),
-so a held-out long-sequence source is predicted from the others' measurement only.
+so a held-out long-sequence source is predicted from the others' measurement only. A GPU
+preset's own profile, the fallback of a stack with no fit anywhere (`problem.stack_profile`),
+takes `KEPT` on each attention knob it leaves at the literature value (`preset_profile`).
 """
 
 from __future__ import annotations
 
 import math
 
-from ..specs.hardware import Profile
+from .specs.hardware import GPUSpec, Profile
 
 CELLS: tuple[tuple[str, str, float, float], ...] = (
     ("llmfoundry_mpt", "h100", 0.1791, 0.33),
@@ -63,3 +65,12 @@ def derated(reference: Profile, exclude: str | None = None) -> Profile:
     the start point and prior centre of a fit (`calibrate.fit`)."""
     k = kept(exclude)
     return reference.model_copy(update={name: getattr(reference, name) * k for name in KNOBS})
+
+
+def preset_profile(gpu: GPUSpec) -> Profile:
+    """The GPU preset's profile with each attention knob it leaves at its literature value (equal
+    to `reference()`'s: not calibrated) times `KEPT`; knobs fitted on runs are kept as fitted."""
+    prof, ref = gpu.default_profile(), gpu.reference()
+    update = {name: getattr(prof, name) * KEPT for name in KNOBS
+              if getattr(prof, name) == getattr(ref, name)}
+    return prof.model_copy(update=update)
