@@ -134,8 +134,8 @@ class SearchSpace(Spec):
         or "`tp` = [3] in the search space FILE" when a file gave them."""
         value = getattr(self, axis)
         listed = isinstance(value, (list, tuple))
-        values = ",".join(str(getattr(v, "value", v)) for v in (value if listed else
-                                                                 [value] if value is not None else ()))
+        items = value if listed else ([] if value is None else [value])
+        values = ",".join(str(getattr(v, "value", v)) for v in items)
         if axis in self._file_axes:
             shown = f"[{values}]" if listed else values
             return f"`{axis}` = {shown} in the search space {self._file}"
