@@ -1,6 +1,7 @@
-"""`plan.rank_order` is `np.lexsort((tp*pp*vp*cp, memory total, rounded step))`: fastest first,
-ties (1e-9 relative) by lower memory, then simpler layouts, then table order; computed by
-sorting on time and re-sorting only the tied runs, which must give the same permutation."""
+"""`plan.rank_order` is `np.lexsort((tp*pp*vp*cp, memory total, rounded step))`: fastest
+first, ties (1e-9 relative) by lower memory, then simpler layouts, then table order; computed by
+an unstable sort on time and re-sorting only the tied runs (row number last), which must give
+the same permutation."""
 
 from __future__ import annotations
 
@@ -44,3 +45,16 @@ def test_ties_are_broken_by_memory_then_simplicity_then_table_order():
     ev = _ev([2.0, 2.0 + 1e-12, 2.0, 2.0, 1.0, 3.0], [30, 20, 20, 20, 50, 10], [4, 4, 1, 4, 8, 1],
              [1, 1, 1, 1, 1, 1])
     assert rank_order(ev).tolist() == [4, 2, 1, 3, 0, 5]
+
+
+def test_long_tied_runs_keep_table_order():
+    # 20,000 rows in 40 runs of equal time, memory and simplicity: the time sort is not stable
+    # (numpy's default introsort reorders equal keys once arrays pass its insertion-sort size),
+    # so table order within a run comes from the row number, the last key of the re-sort
+    rng = np.random.default_rng(7)
+    n = 20_000
+    step = rng.integers(0, 40, n) * 0.25 + 1.0
+    total = rng.choice([10.0, 20.0], n)
+    tp = rng.choice([1, 2], n)
+    ev = _ev(step, total, tp, np.ones(n, dtype=np.int64))
+    assert np.array_equal(rank_order(ev), _reference(ev))

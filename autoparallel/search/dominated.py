@@ -76,12 +76,12 @@ def dominated_splits(problem: Problem, arch: Arch, t: LayoutTable) -> np.ndarray
     size = np.bincount(group)
     beaten = np.zeros(len(order), dtype=bool)
     for d in range(1, int(size.max())):  # compare each row with the row d after it, both ways
-        a, b = np.arange(len(order) - d), np.arange(d, len(order))
-        pair = group[a] == group[b]
+        a = np.flatnonzero(group[:-d] == group[d:])  # pairs within one group
+        b = a + d
         ca, cb = costs[:, a], costs[:, b]
         le, ge = np.all(ca <= cb, axis=0), np.all(ca >= cb, axis=0)
-        beaten[b[pair & le & ~ge]] = True  # a no worse anywhere, better somewhere
-        beaten[a[pair & ge & ~le]] = True
+        beaten[b[le & ~ge]] = True  # a no worse anywhere, better somewhere
+        beaten[a[ge & ~le]] = True
     out[rows[order[beaten]]] = True
     return out
 

@@ -389,6 +389,24 @@ def cp_forms(problem: Problem, space: SearchSpace) -> list[CpComm]:
     return [CpComm(f) for f in problem.stack.cp_comm]
 
 
+def _with_group_sizes(base: dict[str, np.ndarray], sizes: list[int]) -> dict[str, np.ndarray]:
+    """Each row of `base` once per all-to-all group size u of `sizes` with 1 < u < cp dividing
+    its cp, as new column `cu`: the rows of `_cross(base, "cu", sizes)` that keep such a u, in
+    the same order, built without the others (a row per divisor of n, most of them dropped)."""
+    cps, which = np.unique(base["cp"], return_inverse=True)
+    which = which.reshape(-1)
+    per_cp = [[u for u in sizes if 1 < u < c and c % u == 0] for c in cps.tolist()]
+    grid = np.zeros((len(cps), max(1, max(map(len, per_cp)))), dtype=np.int64)
+    for i, us in enumerate(per_cp):
+        grid[i, :len(us)] = us
+    k = np.array([len(us) for us in per_cp], dtype=np.int64)[which]
+    rows = np.repeat(np.arange(len(which)), k)
+    at = np.arange(len(rows)) - np.repeat(np.cumsum(k) - k, k)  # position among a row's sizes
+    out = {name: v[rows] for name, v in base.items()}
+    out["cu"] = grid[which[rows], at]
+    return out
+
+
 def _with_cp_forms(cols: dict[str, np.ndarray], problem: Problem, space: SearchSpace) -> dict:
     """Each cp > 1 row crossed with the context-parallel forms searched (`cp_forms`), the
     hierarchical form once per all-to-all group size u (the space's `cp_a2a`, else every
@@ -419,9 +437,7 @@ def _with_cp_forms(cols: dict[str, np.ndarray], problem: Problem, space: SearchS
     if CpComm.A2A_RING in forms:
         sizes = sorted(set(space.cp_a2a)) if space.cp_a2a else \
             [int(d) for d in divisors(int(base["cp"].max()))]
-        hier = _cross(base, "cu", sizes)
-        cp, u = hier["cp"], hier["cu"]
-        hier = _keep(hier, (u > 1) & (u < cp) & (cp % u == 0))
+        hier = _with_group_sizes(base, sizes)
         if space.cp_a2a and not len(hier["cp"]) and len(base["cp"]):
             cps = ",".join(str(int(c)) for c in np.unique(base["cp"]))
             raise SpecError(f"{space.given('cp_a2a')}: no all-to-all group size u "
