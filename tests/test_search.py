@@ -182,6 +182,47 @@ def test_interleave_rule_micro_batches_multiple_of_pp():
     assert int(check_rules(p, build_arch(p.model), t)[0]) & Reject.INTERLEAVE
 
 
+def test_nothing_passing_the_rules_names_the_nearest_changes_that_would():
+    """Nemotron-H 8B on 72 H100 (9 nodes), global batch 64: dp must divide 64, so tp x pp x cp
+    takes the factor 9 of 72 and every layout breaks a rule. The message names the nearest GPU
+    counts a whole number of nodes away that have rule-passing layouts (64 and 80), and the
+    nearest global batches that a divisor of 72 divides below and above 64: 63 (= 9 x 7, 3 | 63)
+    and 66 (3 and 6 divide it; 65 has no divisor of 72 above 1). Each count is that problem's
+    own rule-passing rows."""
+    from autoparallel.search.enumerate import enumerate_valid
+
+    p = make_problem("nemotron-h-8b", "h100", 72, 4096, 64)
+    res = plan(p, top=1)
+    assert res.n_valid == 0 and res.nearest is None
+    msg = res.nothing_fits_message()
+    assert msg.startswith(f"none of the {res.n_layouts:,} layouts can run: each breaks at least "
+                          "one rule (layer_type ")
+    for n, batch, flag in ((64, 64, "--gpus 64"), (80, 64, "--gpus 80"),
+                           (72, 63, "--global-batch 63"), (72, 66, "--global-batch 66")):
+        passing = len(enumerate_valid(make_problem("nemotron-h-8b", "h100", n, 4096, batch)).table)
+        assert passing > 0 and f"{flag} ({passing:,} pass)" in msg, flag
+    assert "--allow-tp-across-nodes" not in msg  # lifting it admits nothing here
+    # what the message names as the nearest really is: 56 GPUs and global batch 60 pass too,
+    # but 64 and 63 are nearer; 65 is not a multiple of any dp of 72 but 1
+    assert "--gpus 56" not in msg and "--global-batch 60" not in msg
+
+
+def test_tp_fixed_across_nodes_is_told_the_flag_that_admits_it():
+    """--tp 16 on 8-GPU nodes: every layout breaks `tp_in_node`, at every GPU count; lifting
+    that rule alone (--allow-tp-across-nodes) admits the rows it counts."""
+    from autoparallel.search.enumerate import enumerate_valid
+
+    p = make_problem("llama3-70b", "h100", 64, 4096, 64)
+    space = SearchSpace(tp=[16])
+    res = plan(p, space, top=1)
+    assert res.n_valid == 0
+    msg = res.nothing_fits_message()
+    lifted = tuple(r for r in active_rules() if r.name != "tp_in_node")
+    passing = len(enumerate_valid(p, space, lifted).table)
+    assert passing > 0 and msg.endswith(f"with --allow-tp-across-nodes ({passing:,} pass)")
+    assert "--gpus" not in msg
+
+
 def test_oom_is_a_reason_not_an_error():
     p = make_problem("llama3-405b", "h100", 16, 8192, 64)
     t = LayoutTable.from_arrays(dp=2, tp=8, pp=1, vp=1, cp=1, ep=1, zero=1, rc=0, sp=1, mb=1)

@@ -122,8 +122,13 @@ def nothing_fits_message(result) -> str:
                 f"{result.target} cannot express them; try another --target or none")
     if result.nearest is None or len(result.nearest) == 0:
         counts = ", ".join(f"{k} {v:,}" for k, v in sorted(result.reject_counts.items(), key=lambda kv: -kv[1]))
-        return (f"{head}: every layout breaks a rule ({counts}). Check the model's heads/layers "
-                "against the GPU count, the batch against dp, or lift a rule.")
+        text = (f"none of the {result.n_layouts:,} layouts can run: each breaks at least one rule "
+                f"({counts}; a layout can break several)")
+        found = passing_alternatives(result)
+        if found:
+            return f"{text}. Layouts would pass the rules with {' or '.join(found)}"
+        return (f"{text}. Check the model's heads and layers against the GPU count and the "
+                "global batch against dp")
     ev = result.nearest
     usable = float(ev.memory["usable"][0]) / GiB
     if usable <= 0:  # no layout can help: the GPU is smaller than what lies outside PyTorch
@@ -144,6 +149,67 @@ def nothing_fits_message(result) -> str:
     return (f"{head}; closest {slug(ev, 0)} needs {float(ev.memory['fit_peak'][0]) / GiB:.1f} GiB "
             f"of its {float(ev.memory['usable'][0]) / GiB:.1f} usable ({parts}); {overflow(ev, 0)}; "
             f"try {' or '.join(hints)}")
+
+
+PROBE_BUDGET_ROWS = 6_000_000
+"""Candidate layouts the search for passing alternatives may check in all (about a second:
+the rules alone check ~6 M candidates a second on one core)."""
+
+
+def passing_alternatives(result, budget_rows: int = PROBE_BUDGET_ROWS) -> list[str]:
+    """When no layout of `result` passes the rules: the nearest changes of the problem under
+    which some do, each with how many pass, e.g. '--gpus 64 (85,572 pass)', '--global-batch
+    72 (18,144 pass)', '--allow-tp-across-nodes (...)'. Tried, nearest first, with the same
+    search space and rules: GPU counts a whole number of nodes (up to 4) below and above, the
+    global batches nearest below and above that some divisor of the GPU count (a dp) divides,
+    and TP across nodes where the `tp_in_node` rule rejected layouts. Each probe is
+    `enumerate_valid` (rules only, no costing); probing stops once `budget_rows` candidates
+    have been checked in all."""
+    from ..errors import SpecError
+    from ..problem import with_gpu_count
+    from .enumerate import divisors, enumerate_valid
+
+    p, space = result.problem, result.space
+    rules = result.rules or None
+    n, g, batch = p.cluster.n_gpus, p.cluster.gpus_per_node, p.training.global_batch
+    checked = [0]
+
+    def passing(problem, probe_rules=rules) -> int:
+        if checked[0] >= budget_rows:
+            return 0
+        try:
+            found = enumerate_valid(problem, space, probe_rules)
+        except SpecError:  # e.g. an axis the user fixed has no value left at that size
+            return 0
+        checked[0] += found.n_pruned + len(found.table)
+        return len(found.table)
+
+    step = g if n >= g else 1
+    counts = {}
+    for k in range(1, 5):  # the nearest count below and above that has passing layouts
+        for side in (-1, 1):
+            m = n + side * k * step
+            if side in counts or m < 1 or (m > g and m % g):
+                continue
+            got = passing(with_gpu_count(p, m))
+            if got:
+                counts[side] = f"--gpus {m} ({got:,} pass)"
+    out = [counts[side] for side in (-1, 1) if side in counts]
+    ends = {v for d in divisors(n).tolist() for v in (batch // d * d, -(-batch // d) * d)}
+    for side in (sorted((v for v in ends if 0 < v < batch), reverse=True),
+                 sorted(v for v in ends if v > batch)):  # nearest below, then above
+        for b in side[:4]:
+            got = passing(p.model_copy(update={"training": p.training.model_copy(
+                update={"global_batch": b})}))
+            if got:
+                out.append(f"--global-batch {b} ({got:,} pass)")
+                break
+    if result.reject_counts.get("tp_in_node") and rules is not None:
+        lifted = tuple(r for r in rules if r.name != "tp_in_node")
+        got = passing(p, lifted)
+        if got:
+            out.append(f"--allow-tp-across-nodes ({got:,} pass)")
+    return out
 
 
 def overflow(ev, i: int) -> str:

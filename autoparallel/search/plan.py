@@ -44,6 +44,8 @@ class PlanResult:
     """Optuna storage URL, None for in memory."""
     target: str | None = None
     """Launcher the ranked layouts must be expressible in (see `autoparallel.exporters`)."""
+    rules: tuple = ()
+    """The rules the search applied (`rules.active_rules()` unless the caller gave others)."""
     rank_by: str = "time"
     """`time`: fastest first; `robust`: the layouts tied with the fastest, most robust first
     (`search.robust`)."""
@@ -273,7 +275,7 @@ def plan(
         survivors=survivors, nearest=nearest,
         reject_counts=found.pruned_counts | ({"oom": int(np.count_nonzero(oom))}
                                              if np.any(oom) else {}),
-        target=target, rank_by=rank_by, tied=tied, _robustness=rob,
+        target=target, rules=tuple(rules), rank_by=rank_by, tied=tied, _robustness=rob,
         _bands=bands, band_low=bands.step_low, band_high=bands.step_high,
     )
     if target_rejected:
