@@ -29,7 +29,7 @@ INPUT_COLUMNS = (
 PROBLEM_COLUMNS = INPUT_COLUMNS[:6]
 JOB_COLUMNS = JOB_FIELDS
 """Optional columns: every job setting (`JobSpec`); a blank cell takes the stack's default."""
-_OPTIONAL_DEFAULTS = {"gpus_per_node": 8, "dp": None, "vp": 1, "cp": 1, "ep": 1, "etp": None,
+_OPTIONAL_DEFAULTS = {"gpus_per_node": None, "dp": None, "vp": 1, "cp": 1, "ep": 1, "etp": None,
                       "zero": 1,
                       "recompute": "none", "sp": None, "micro_batch": 1, "cp_comm": None,
                       "cp_a2a": None}

@@ -27,12 +27,13 @@ def make_problem(
     seq_len: int,
     global_batch: int,
     *,
-    gpus_per_node: int = 8,
+    gpus_per_node: int | None = None,
     **job: Any,
 ) -> Problem:
     """A `Problem` from a model and GPU (preset name, file or spec), the job's numbers and its
     settings (`JobSpec` fields: stack, precision, grad_dtype, attention, tp_comm_overlap, ...;
-    `profile` may also be a `Profile`).
+    `profile` may also be a `Profile`). `gpus_per_node` defaults to the GPU's node
+    (`GPUSpec.gpus_per_node`: 8, 4 on a GB200/GB300 tray).
 
     Example:
         >>> p = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512)
@@ -86,7 +87,8 @@ def make_problem(
         resolved = resolved.model_copy(update={"moe_capacity_factor": 1.0})
     try:
         cluster = ClusterSpec(
-            gpu=gpu_spec, n_gpus=n_gpus, gpus_per_node=gpus_per_node,
+            gpu=gpu_spec, n_gpus=n_gpus,
+            gpus_per_node=gpus_per_node if gpus_per_node is not None else gpu_spec.gpus_per_node,
             intra_gb_per_s=resolved.intra_gbps, inter_gb_per_s=resolved.inter_gbps,
             intra_latency_us=resolved.intra_latency_us, inter_latency_us=resolved.inter_latency_us,
             network=load_network(resolved.network) if resolved.network is not None else None,

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from autoparallel import ExportError, Layout, make_problem
+from autoparallel.errors import SpecError
 from autoparallel.exporters import EXPORTERS, Job, check, render, targets_for
 from autoparallel.exporters._base import HARD_RULES
 from autoparallel.cost.model_arch import build_arch
@@ -199,6 +200,28 @@ def test_single_node_script_is_standalone_and_multi_node_uses_c10d():
     assert (got["nodes"], got["per_node"], got["world"]) == (1, 4, 4)
     sb = sbatch_layout(render("slurm", small, Layout(tp=2)))
     assert (sb["nodes"], sb["per_node"]) == (1, 4)
+
+
+def test_nvl72_jobs_come_in_trays_of_four_gpus():
+    """A GB200/GB300 NVL72 rack is 18 compute trays of 4 GPUs (NVIDIA GB200 NVL72 product page;
+    every shipped GB200/GB300 run states 4 GPUs per node): without --gpus-per-node a job on 72
+    of them is 18 nodes of 4, which the Slurm and torchrun lines ask for, and half a rack (36)
+    is whole nodes. HGX/DGX boards stay 8 per node, and 36 H100 are refused with the counts of
+    whole nodes around it."""
+    rack = make_problem("llama3-8b", "gb200", 72, seq_len=4096, global_batch=72)
+    assert rack.cluster.gpus_per_node == 4
+    assert make_problem("llama3-8b", "gb300", 36, seq_len=4096, global_batch=72).cluster.gpus_per_node == 4
+    assert make_problem("llama3-8b", "b200", 64, seq_len=4096, global_batch=64).cluster.gpus_per_node == 8
+    sb = sbatch_layout(render("slurm", rack, Layout(tp=4)))
+    assert (sb["nodes"], sb["per_node"]) == (18, 4)
+    got = megatron_script_layout(render("megatron", rack, Layout(tp=4)))
+    assert (got["nodes"], got["per_node"], got["world"]) == (18, 4, 72)
+    # an explicit node size still wins, and the TP rule follows the NVLink domain (72), not the tray
+    assert make_problem("llama3-8b", "gb200", 72, seq_len=4096, global_batch=72,
+                        gpus_per_node=8).cluster.gpus_per_node == 8
+    assert rack.cluster.nvlink_domain == 72
+    with pytest.raises(SpecError, match=r"not a multiple of `gpus_per_node` \(8\).*try 32 or 40"):
+        make_problem("llama3-8b", "h100", 36, seq_len=4096, global_batch=72)
 
 
 def test_reader_rejects_a_tampered_export():

@@ -17,7 +17,7 @@ from ..errors import SpecError
 from ..limits import MAX_GPUS
 from ..values import format_duration
 from . import command
-from .options import PROBLEM, Fmt, FormatOpt, JobOptions, PlotOpt, with_options
+from .options import PROBLEM, Fmt, FormatOpt, GpusPerNode, JobOptions, PlotOpt, with_options
 
 GOODPUT = "Goodput and energy"
 
@@ -100,7 +100,7 @@ def capacity_command(
     gpu: Annotated[str, _opt("--gpu", "GPU kinds, comma-separated: h100,h200,b200.", PROBLEM, "LIST")],
     gpus: Annotated[str, _opt("--gpus", "GPU counts: 512,1024, 16K or a range 512:4096:x2 (or :+512).", PROBLEM, "LIST")],
     tokens: Annotated[str, _opt("--tokens", "Token budget: 15T, 2.5B, 300M (decimal) or a number.", metavar="N")],
-    gpus_per_node: Annotated[int, _opt("--gpus-per-node", "GPUs per node.", PROBLEM, "N")] = 8,
+    gpus_per_node: GpusPerNode = None,
     price: Annotated[Optional[str], _opt("--price", "Price per GPU-hour per kind: h100=2.1,b200=3.5 (no built-in prices).", metavar="LIST", show_default=False)] = None,
     deadline: Annotated[Optional[str], _opt("--deadline", "Smallest count per GPU kind that trains within this (30d, 720h, 4w) at the slow end of the band.", metavar="DURATION", show_default=False)] = None,
     rank_by: Annotated[str, _opt("--rank-by", "Layout per row: time (fastest) or robust (see plan).", metavar="time|robust")] = "time",

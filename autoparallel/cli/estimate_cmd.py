@@ -38,7 +38,7 @@ def estimate_command(
         if layout.flags():
             raise SpecError(f"--input takes each row's layout from the CSV; drop "
                             f"{', '.join(layout.flags())}")
-        given = problem.given() + (["--gpus-per-node"] if problem.gpus_per_node != 8 else [])
+        given = problem.given() + (["--gpus-per-node"] if problem.gpus_per_node is not None else [])
         if given:
             raise SpecError(f"--input takes each row's problem from the CSV (columns model, gpu, "
                             f"n_gpus, gpus_per_node, seq_len, global_batch); drop "

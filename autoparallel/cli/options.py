@@ -48,7 +48,7 @@ def _opt(flag: str | None, help: str, panel: str, metavar: str | None = None, **
 Model = Annotated[Optional[str], _opt("--model", "Model: a preset name, a TOML/JSON file or a Hugging Face config.json.", PROBLEM, "NAME|FILE")]
 Gpu = Annotated[Optional[str], _opt("--gpu", "GPU kind: a preset name or a TOML/JSON file.", PROBLEM, "NAME|FILE")]
 Gpus = Annotated[Optional[str], _opt("--gpus", "Number of GPUs, e.g. 64 or 16K (= 16,384).", PROBLEM, "N")]
-GpusPerNode = Annotated[int, _opt("--gpus-per-node", "GPUs per node.", PROBLEM, "N", show_default=True)]
+GpusPerNode = Annotated[Optional[int], _opt("--gpus-per-node", "GPUs per node [default: the GPU's node: 8; 4 on a GB200/GB300 NVL72 tray].", PROBLEM, "N")]
 SeqLen = Annotated[Optional[str], _opt("--seq-len", "Tokens per sequence, e.g. 8192 or 8K.", PROBLEM, "N")]
 GlobalBatch = Annotated[Optional[str], _opt("--global-batch", "Sequences per optimizer step (512), or tokens with a suffix (16M = 2^24 tokens).", PROBLEM, "N")]
 
@@ -160,7 +160,7 @@ class _ProblemBase(_JobBase):
         for flag, value in self._defining():
             if value is not None:
                 out += [flag, str(value)]
-        if self.gpus_per_node != 8:
+        if self.gpus_per_node is not None:
             out += ["--gpus-per-node", str(self.gpus_per_node)]
         for name, value in self.job().items():
             out += job_words(name, value)
@@ -187,7 +187,7 @@ class _ProblemBase(_JobBase):
 ProblemOptions = make_dataclass(
     "ProblemOptions",
     [("model", Model, None), ("gpu", Gpu, None), ("gpus", Gpus, None),
-     ("gpus_per_node", GpusPerNode, 8), ("seq_len", SeqLen, None),
+     ("gpus_per_node", GpusPerNode, None), ("seq_len", SeqLen, None),
      ("global_batch", GlobalBatch, None)]
     + [(name, _job_option(name), None) for name in JOB_FIELDS],
     bases=(_ProblemBase,), frozen=True,

@@ -10,8 +10,8 @@ from ..errors import SpecError
 from ..limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN, MAX_WORKERS, check_int
 from ..values import parse_count_list
 from . import command
-from .options import (OUTPUT, PROBLEM, SEARCH, JobOptions, RecomputeNumLayers, SearchOptions,
-                      block_recompute_fields, with_options)
+from .options import (OUTPUT, PROBLEM, SEARCH, GpusPerNode, JobOptions, RecomputeNumLayers,
+                      SearchOptions, block_recompute_fields, with_options)
 from .outputs import check_output
 
 if TYPE_CHECKING:  # the sweep (pandas) is imported by the command that runs it
@@ -58,7 +58,7 @@ def sweep_command(
     gpus: _list("--gpus", "GPU counts, e.g. 8,64,512, 16K or 512:4096:x2.") = None,
     seq_len: _list("--seq-len", "Sequence lengths, e.g. 4096,8K.") = None,
     global_batch: _list("--global-batch", "Global batches in sequences, e.g. 512,2048 (or tokens, 16M, with one --seq-len).") = None,
-    gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs per node.", rich_help_panel=PROBLEM, metavar="N", show_default=False)] = None,
+    gpus_per_node: GpusPerNode = None,
     top: Annotated[Optional[int], typer.Option(help="Layouts per problem [default: the file's, else 10].", rich_help_panel=SEARCH, metavar="N", show_default=False)] = None,
     allow_tp_across_nodes: Annotated[bool, typer.Option(help="Let TP groups span nodes.", rich_help_panel=SEARCH)] = False,
     target: Annotated[Optional[str], typer.Option(help="Keep only layouts this launcher can write.", rich_help_panel=SEARCH, metavar="NAME", show_default=False)] = None,

@@ -16,7 +16,7 @@ from ..specs.layout import Layout
 from ..specs.problem import Problem
 
 REQUIRED = ("model", "gpu", "n_gpus", "seq_len", "global_batch", "tp", "pp")
-"""Columns a row must have; `gpus_per_node` (8), `dp` (derived), `vp`, `cp`, `ep` (1), `etp` (tp),
+"""Columns a row must have; `gpus_per_node` (the GPU's node), `dp` (derived), `vp`, `cp`, `ep` (1), `etp` (tp),
 `zero`
 (1), `recompute` (none), `sp` (on with TP) and `micro_batch` (1) take defaults when absent; the
 job settings (`JobSpec` columns: stack, precision, ...) the stack's defaults when absent or blank."""

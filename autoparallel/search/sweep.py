@@ -23,6 +23,7 @@ from pathlib import Path
 from pydantic import Field, PositiveInt, ValidationError
 
 from ..errors import SpecError, format_validation_error
+from ..presets import load_gpu
 from ..limits import check_int
 from ..output.frames import PROBLEM_COLUMNS, ranked_frame, rows_frame
 from ..problem import make_problem
@@ -46,7 +47,8 @@ class SweepSpec(JobSpec):
     gpus: list[PositiveInt] = Field(min_length=1)
     seq_len: list[PositiveInt] = Field(min_length=1)
     global_batch: list[PositiveInt] = Field(min_length=1)
-    gpus_per_node: PositiveInt = 8
+    gpus_per_node: PositiveInt | None = None
+    """GPUs per node; default: each GPU's node (`GPUSpec.gpus_per_node`)."""
     top: PositiveInt = 3
     target: str | None = None
     """Keep only layouts this launcher can express."""
@@ -82,8 +84,9 @@ def problems_of(spec: SweepSpec) -> list:
     precisions = [spec.precision] if isinstance(spec.precision, str) else spec.precision
     for model, gpu, n, s, b, st, pr in itertools.product(
             spec.model, spec.gpu, spec.gpus, spec.seq_len, spec.global_batch, stacks, precisions):
-        out.append(make_problem(model, gpu, n, s, b, gpus_per_node=min(spec.gpus_per_node, n)
-                                if n < spec.gpus_per_node else spec.gpus_per_node,
+        node = spec.gpus_per_node or load_gpu(gpu).gpus_per_node
+        gpn = min(node, n) if n < node else spec.gpus_per_node
+        out.append(make_problem(model, gpu, n, s, b, gpus_per_node=gpn,
                                 **(job | {"stack": st, "precision": pr})))
     return out
 

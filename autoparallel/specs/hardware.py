@@ -155,6 +155,10 @@ class GPUSpec(Spec):
     """Whether the scale-up domain joins several nodes (GB200 NVL72: 18 trays of 4 GPUs behind
     NVLink switches). False (HGX/DGX boards, MI300X platforms): NVLink stops at the node, so a
     node of fewer GPUs than `scaleup_domain` is a domain of its own size."""
+    gpus_per_node: PositiveInt = 8
+    """GPUs per node (the server, or the compute tray of a rack) this GPU comes in: the default
+    of `--gpus-per-node`, so that jobs come in whole nodes and launcher files ask for the
+    node's GPUs. HGX/DGX boards hold 8; a GB200/GB300 NVL72 rack is 18 compute trays of 4."""
     nic_gbit_per_s: PositiveFloat
     """Scale-out network bandwidth per GPU, Gbit/s."""
     host_link_gb_per_s: PositiveFloat | None = None

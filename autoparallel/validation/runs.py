@@ -181,8 +181,9 @@ def case_from_row(row, allow_fp16: bool = False, memory: bool = False) -> RunCas
         raise RowSkip("num_gpus, seq_len or gbs missing")
     gpn = _int(row, "gpus_per_node")
     if not gpn:
-        gpn = min(8, n_gpus)
-        assumptions.append("gpus_per_node not stated: 8")
+        node = load_gpu(gpu).gpus_per_node
+        gpn = min(node, n_gpus)
+        assumptions.append(f"gpus_per_node not stated: {node} (the GPU's node)")
     net = network_gbps(row, gpn)
     if net is not None and n_gpus > gpn:
         preset = load_gpu(gpu).nic_gbit_per_s / 8.0
