@@ -132,3 +132,31 @@ def test_gpt_oss_rows_take_the_sliding_window_of_the_preset_of_their_shape():
     ev = evaluate(c.problem(), c.table(), RULES)
     ev_wide = evaluate(c.problem().model_copy(update={"model": wide}), c.table(), RULES)
     assert float(ev.time["compute"][0]) < float(ev_wide.time["compute"][0])
+
+
+def test_nemo_recipe_rows_take_their_tokenizer_padded_as_megatron_pads_it():
+    # NeMo 24.07's performance table prints GPT-3 and Nemotron-3 rows without a vocabulary; the
+    # notes name the recipe ("arch: NeMo GPTConfig20B"). NeMo's performance scripts tokenize
+    # GPT-3 with nvidia/megatron-gpt2-345m (GPT-2 BPE: 50,257 tokens, OpenAI encoder.json) and
+    # Nemotron with a NullTokenizer of 256,000; Megatron pads the vocabulary to a multiple of
+    # 128 x TP. By hand: GPT3-20B at TP2 -> ceil(50257 / 256) = 197 -> 197 x 256 = 50,432;
+    # GPT3-5B at TP1 -> ceil(50257 / 128) = 393 -> 50,304; Nemotron-8B at TP2: 256,000 is
+    # 1,000 x 256, unpadded.
+    from autoparallel.data import PUBLISHED_RUNS
+    from autoparallel.validation.modelspec import RowSkip, model_from_row
+    from autoparallel.validation.runs import read_runs
+
+    frame = read_runs(PUBLISHED_RUNS).set_index("row_id")
+
+    def row(rid):
+        return {k: (None if v == "" else v) for k, v in frame.loc[rid].to_dict().items()}
+
+    for rid, vocab in (("GT0539", 50432), ("GT0538", 50304), ("GT0545", 256000)):
+        spec, assumptions = model_from_row(row(rid))
+        assert spec.vocab_size == vocab, rid
+        assert any(a.startswith(f"vocab {vocab} (") for a in assumptions), rid
+    # a stated vocabulary wins; a row naming no recipe still lacks one
+    spec, _ = model_from_row(dict(row("GT0539"), vocab=51200))
+    assert spec.vocab_size == 51200
+    with pytest.raises(RowSkip, match="vocab missing"):
+        model_from_row(dict(row("GT0539"), notes="", derived_values=""))

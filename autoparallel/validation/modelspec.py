@@ -134,6 +134,35 @@ def hybrid_from_name(name: str) -> tuple[ModelSpec, list[str]] | None:
     return None
 
 
+RECIPE_TOKENIZERS = (
+    (re.compile(r"arch: NeMo GPTConfig\d", re.I), 50257,
+     "GPT-2 BPE, 50,257 tokens: NeMo's GPT-3 performance scripts tokenize with "
+     "nvidia/megatron-gpt2-345m (scripts/llm/performance/pretrain_gpt3_175b.py), the launcher's "
+     "GPT-3 configs with GPT2BPETokenizer (launcher_scripts/conf/training/gpt3/*.yaml)"),
+    (re.compile(r"arch: NeMo Nemotron[34]Config", re.I), 256000,
+     "NullTokenizer of 256,000 tokens: NeMo's Nemotron performance scripts "
+     "(scripts/llm/performance/pretrain_nemotron3_8b.py, _22b, nemotron4_15b)"),
+)
+"""Vocabularies of the NeMo recipes a row names (`arch: NeMo <Config>` in its notes) where the
+table prints none: the tokenizer each recipe's performance script sets."""
+MAKE_VOCAB_SIZE_DIVISIBLE_BY = 128
+"""Megatron pads the vocabulary to a multiple of this x TP (`--make-vocab-size-divisible-by`,
+default 128; NeMo's GPTConfig and the launcher configs keep it; megatron/training/tokenizer
+`_vocab_size_with_padding`)."""
+
+
+def vocab_from_recipe(row) -> tuple[int, str] | None:
+    """(vocabulary as trained, assumption) of a row whose notes name a NeMo recipe with a known
+    tokenizer (`RECIPE_TOKENIZERS`), padded as Megatron pads it for the row's TP; else None."""
+    text = _text(row)
+    for pattern, vocab, source in RECIPE_TOKENIZERS:
+        if pattern.search(text):
+            step = MAKE_VOCAB_SIZE_DIVISIBLE_BY * (_int(row, "tp") or 1)
+            padded = -(-vocab // step) * step
+            return padded, f"vocab {padded} ({source}; padded to a multiple of {step})"
+    return None
+
+
 PRESET_BY_NAME = ((r"\bkimi[ _-]?k2\b", "kimi-k2"),)
 """Rows that name a model with a published config but print no architecture: the preset built
 from that config (presets/models/*.toml, each with its Hugging Face source)."""
@@ -145,6 +174,9 @@ def model_from_row(row) -> tuple[ModelSpec, list[str]]:
     if hybrid is not None:  # hybrid models: the table has no pattern column
         return hybrid
     need = {c: _int(row, c) for c in ("layers", "hidden", "heads", "vocab")}
+    recipe_vocab = vocab_from_recipe(row) if not need["vocab"] else None
+    if recipe_vocab is not None:
+        need["vocab"] = recipe_vocab[0]
     missing = [c for c, v in need.items() if not v]
     name = str(row.get("model") or "")
     preset = next((p for pat, p in PRESET_BY_NAME if re.search(pat, name, re.I)), None)
@@ -156,7 +188,7 @@ def model_from_row(row) -> tuple[ModelSpec, list[str]]:
         raise RowSkip("architecture incomplete (" + ", ".join(missing) + " missing)")
     text = _text(row)
     name = str(row.get("model") or "model").strip() or "model"
-    assumptions: list[str] = []
+    assumptions: list[str] = [recipe_vocab[1]] if recipe_vocab is not None else []
     spec: dict = {
         "name": name, "n_layers": need["layers"], "hidden_size": need["hidden"],
         "n_heads": need["heads"], "vocab_size": need["vocab"],
