@@ -267,7 +267,9 @@ def test_dense_predictions_unchanged():
     tests/data/dense_predictions_before_hybrid.csv, written by `autoparallel validate
     --output` on the merged model without them: the long-context branch's tip 23e7b55, whose
     refit moved 31 of these rows by up to 7.7 %; rebased at the attention-prior refit,
-    `attention_prior`, which moved 282 dense rows by up to 19 %, step time only)."""
+    `attention_prior`, which moved 282 dense rows by up to 19 %, step time only; and at the
+    Megatron-family H100 refit with NeMo 24.07's six rows scored, which moved 29 rows by up to
+    2.0 %, step time only)."""
     from autoparallel.validation.runs import load_cases, read_runs
 
     before = pd.read_csv("tests/data/dense_predictions_before_hybrid.csv").set_index("row_id")
