@@ -149,13 +149,18 @@ def _est(layout, n_gpus=8, **job):
 def test_reserved_and_device_hand_calculation():
     """reserved = allocated x 1.066 + 2 MiB (fitted fragmentation, 2 MiB segment rounding);
     device = reserved + 0.5 GiB CUDA context + NCCL memory per communicator, 688 MB for a group of
-    3+ GPUs and 544 MB for a 2-GPU group (NVIDIA/nccl #964, 4 x A100 NVLink through PyTorch);
-    cuBLAS/TE workspaces are allocator tensors, in the overhead: on Hopper PyTorch's cuBLAS
+    3+ GPUs and 544 MB for a 2-GPU group (NVIDIA/nccl #964, 4 x A100 NVLink through PyTorch),
+    and on Megatron one more of all the job's GPUs for the default process group (its barriers
+    and the distributed optimizer's gradient norm); cuBLAS/TE workspaces are allocator tensors, in the overhead: on Hopper PyTorch's cuBLAS
     workspace ":4096:8" = 32 MiB (aten/src/ATen/cuda/CublasHandlePool.cpp) plus Transformer
     Engine's 32 MiB (get_cublas_workspace_size_bytes) = 1/16 GiB for megatron-core."""
-    m = _est(Layout(tp=2, zero=1, micro_batch=1))  # dp4 (688 MB) and tp2 (544 MB)
+    m = _est(Layout(tp=2, zero=1, micro_batch=1))  # dp4 (688 MB), tp2 (544 MB), world of 8 (688)
     assert m["reserved"] == pytest.approx(m["total"] * 1.066 + 2 / 1024, rel=1e-9)
-    assert m["device"] - m["reserved"] == pytest.approx(0.5 + (688e6 + 544e6) / GiB, rel=1e-9)
+    assert m["device"] - m["reserved"] == pytest.approx(0.5 + (688e6 + 544e6 + 688e6) / GiB,
+                                                        rel=1e-9)
+    # a stack that runs nothing on the default group (TorchTitan) holds only its parallel groups
+    tt = _est(Layout(tp=2, zero=1, micro_batch=1), stack="torchtitan")
+    assert tt["device"] - tt["reserved"] == pytest.approx(0.5 + (688e6 + 544e6) / GiB, rel=1e-9)
     assert m["overhead"] == pytest.approx(64 / 1024, rel=1e-9)
     # Ampere: 8 MiB + 128 KiB (":4096:2:16:8") and TE's 4 MiB; an MoE model adds TE's four
     # grouped-GEMM stream workspaces; a stack without Transformer Engine only PyTorch's
@@ -170,16 +175,17 @@ def test_reserved_and_device_hand_calculation():
     # (ZeRO-0, no recompute: the overhead is the workspaces alone)
     ds = _est(Layout(dp=8, zero=0), stack="deepspeed")
     assert ds["overhead"] * GiB == pytest.approx(32 * 2**20, rel=1e-9)
-    # dp2-tp2-pp2: DP and TP pairs and the P2P pair to the other stage; llama3-8b's embeddings are
-    # untied, so no embedding group (a tied model adds that pair)
+    # dp2-tp2-pp2: DP and TP pairs and the P2P pair to the other stage, and the default group of 8;
+    # llama3-8b's embeddings are untied, so no embedding group (a tied model adds that pair)
     m2 = _est(Layout(tp=2, pp=2, zero=1, micro_batch=1))
-    assert m2["device"] - m2["reserved"] == pytest.approx(0.5 + 3 * 544e6 / GiB, rel=1e-9)
+    outside = 0.5 + (3 * 544e6 + 688e6) / GiB
+    assert m2["device"] - m2["reserved"] == pytest.approx(outside, rel=1e-9)
     # the default fit rule: reserved against capacity less what lies outside the allocator
-    assert m2["usable"] == pytest.approx(80 - (0.5 + 3 * 544e6 / GiB), rel=1e-9)
+    assert m2["usable"] == pytest.approx(80 - outside, rel=1e-9)
     tied = estimate(make_problem(load_model("llama3-8b").model_copy(update={"tied_embeddings": True}),
                                  "h100", 8, seq_len=4096, global_batch=64),
                     Layout(tp=2, pp=2, zero=1, micro_batch=1))["memory_gib"]
-    assert tied["device"] - tied["reserved"] == pytest.approx(0.5 + 4 * 544e6 / GiB, rel=1e-9)
+    assert tied["device"] - tied["reserved"] == pytest.approx(outside + 544e6 / GiB, rel=1e-9)
     assert m2["headroom"] == pytest.approx(m2["usable"] - m2["reserved"], rel=1e-9)
 
 
@@ -237,7 +243,7 @@ def test_fits_rule_uses_reserved_peak():
     # CUDA context and NCCL's 688 MB (dp 4) + 544 MB (tp 2) per communicator (NVIDIA/nccl #964)
     assert float(ev.memory["reserved"][2]) == pytest.approx(
         allocated * 1.066 + 2 * 2 ** 20, rel=1e-9)
-    assert float(ev.memory["usable"][2]) == pytest.approx(80 * GiB - 0.5 * GiB - 688e6 - 544e6,
+    assert float(ev.memory["usable"][2]) == pytest.approx(80 * GiB - 0.5 * GiB - 688e6 - 544e6 - 688e6,
                                                           rel=1e-12)
     old = evaluate(make_problem("llama3-8b", "h100", 8, seq_len=4160, global_batch=64,
                                 usable_fraction=0.9), table)

@@ -247,16 +247,18 @@ def test_memory_check_counts_on_subset():
     assert row.loc["MR0046", "mem_err"] == pytest.approx(0.191, abs=0.005)
     # the OOM report MR0021 (Llama3-8B, seq 8192, DP8 without recompute: the script sets none)
     # needs 90.5 GiB allocated, more than the 80 GiB A800; MR0032 (Megatron-DeepSpeed with
-    # --use-flash-attn-v2) fits at 69.0 GiB device against 63 measured (+10 %). (Each figure is
+    # --use-flash-attn-v2) fits at 69.7 GiB device against 63 measured (+10.6 %; 69.0 before the
+    # 688 MB communicator of Megatron's default group, a new_group apart from DP). (Each figure is
     # 1 GiB - 12 MiB below its value with the former fixed budget: Ampere's cuBLAS workspace
     # 8 MiB + 128 KiB, plus Transformer Engine's 4 MiB for megatron-core.)
     assert total["oom_predicted_fit"] == 0 and total["ran_predicted_not_fit"] == 0
     assert row.loc["MR0021", "allocated_gib"] == pytest.approx(90.47, abs=0.1)
-    assert row.loc["MR0032", "mem_err"] == pytest.approx(0.096, abs=0.005)
+    assert row.loc["MR0032", "mem_err"] == pytest.approx(0.106, abs=0.005)
     # ATorch FSDP on HF Llama (model code hf, gradients freed between steps, torch.autocast over
     # fp32 weights caching a bf16 copy of all 6.7 B weights, 12.6 GiB): 37.8 vs 36.0 GiB
     assert row.loc["MR0071", "mem_err"] == pytest.approx(0.051, abs=0.005)
-    assert row.loc["MR0014", "mem_err"] == pytest.approx(-0.0225, abs=0.005)  # 74.3 vs 76 GiB
+    # 74.9 vs 76 GiB (74.3 before Megatron's default-group communicator, 688 MB)
+    assert row.loc["MR0014", "mem_err"] == pytest.approx(-0.014, abs=0.005)
 
 
 def test_per_stage_memory_against_paddlenlp_stages():

@@ -61,13 +61,24 @@ NCCL_PER_PAIR = 544e6
 """NCCL device memory per 2-GPU communicator (NVIDIA/nccl #964: 544 MB), e.g. a P2P pipeline pair."""
 
 
-def nccl_bytes(t: LayoutTable, tied_embeddings: bool = True) -> np.ndarray:
+def nccl_bytes(t: LayoutTable, tied_embeddings: bool = True,
+               world_group: bool = False) -> np.ndarray:
     """NCCL device memory of one rank: `NCCL_PER_COMMUNICATOR` per group of 3+ GPUs and
     `NCCL_PER_PAIR` per 2-GPU group, for the groups Megatron-Core's initialize_model_parallel
     builds and a training step uses (PyTorch creates a communicator at its first collective): DP,
     TP, CP, EP, DP x CP, the pipeline's P2P pairs (one neighbour at pp = 2, two beyond) and, with
     tied embeddings only, the embedding group of the first and last stage (Megatron all-reduces
-    the shared embedding's gradient there; `_allreduce_embedding_grads`)."""
+    the shared embedding's gradient there; `_allreduce_embedding_grads`).
+
+    With `world_group` (`StackSpec.world_group`), also the default process group of all the
+    job's GPUs, a communicator of its own beside the parallel groups (each
+    `torch.distributed.new_group` is a separate ProcessGroupNCCL, even over the same ranks).
+    Megatron runs collectives on it in every version: `torch.distributed.barrier()` in
+    `initialize_megatron` (Megatron-LM v2.5 `megatron/initialize.py`, core_v0.6.0
+    `megatron/training/initialize.py`), the start-time all-reduce of `pretrain` (core_v0.19.0
+    `megatron/training/training.py`), and with the distributed optimizer the gradient norm
+    "over all ranks" (core_v0.6.0 `DistributedOptimizer.get_model_parallel_group`: "the model
+    parallel group is the entire world", returning None, the default group)."""
     dp, tp, pp, cp, ep = (t[k].astype(np.float64) for k in ("dp", "tp", "pp", "cp", "ep"))
 
     def group(size):
@@ -76,6 +87,8 @@ def nccl_bytes(t: LayoutTable, tied_embeddings: bool = True) -> np.ndarray:
     out = group(dp) + group(tp) + group(cp) + group(ep) + np.where(cp > 1, group(dp * cp), 0.0)
     pairs = np.where(pp > 2, 2.0, np.where(pp == 2, 1.0, 0.0))  # P2P neighbours
     pairs = pairs + np.where((pp > 1) & tied_embeddings, 1.0, 0.0)  # embedding group
+    if world_group:  # EP folds inside dp x tp x cp x pp: the world is their product
+        out = out + group(dp * tp * pp * cp)
     return out + pairs * NCCL_PER_PAIR
 
 
@@ -119,7 +132,8 @@ def reserved_bytes(allocated: np.ndarray, side_grads: np.ndarray | float = 0.0,
     return compute * (1.0 + FRAGMENTATION) + BLOCK_ROUNDING + side_grads
 
 
-def outside_allocator_bytes(t: LayoutTable, tied_embeddings: bool = True) -> np.ndarray:
+def outside_allocator_bytes(t: LayoutTable, tied_embeddings: bool = True,
+                            world_group: bool = False) -> np.ndarray:
     """What `nvidia-smi` shows beyond the caching allocator's reserve: CUDA context and the NCCL
     memory of every communicator the rank uses (`nccl_bytes`)."""
-    return CUDA_CONTEXT + nccl_bytes(t, tied_embeddings)
+    return CUDA_CONTEXT + nccl_bytes(t, tied_embeddings, world_group)

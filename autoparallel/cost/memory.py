@@ -346,7 +346,8 @@ def memory_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.
     against capacity x usable_fraction (the seed's rule)."""
     sts = stages(arch, t, problem.training.global_batch)
     # outside PyTorch's allocator: CUDA context, NCCL, and DeepEP's own buffers (`cost.moe_memory`)
-    outside = outside_allocator_bytes(t, tied_embeddings=arch.tied) \
+    outside = outside_allocator_bytes(t, tied_embeddings=arch.tied,
+                                      world_group=problem.stack.world_group) \
         + dispatch_buffer_bytes(problem, arch, t)
     acts = None if arch.hybrid is not None else layer_activations(problem, arch, t)
     per_stage = [stage_memory(problem, arch, t, sts[name], acts) for name in STAGES]

@@ -166,6 +166,11 @@ class StackSpec(Spec):
     """Whether the training loop runs FSDP's `no_sync()` between the micro-batches of a step
     (Lightning Fabric `no_backward_sync`, used by LitGPT): gradients then accumulate unsharded
     on every rank until the last micro-batch (`cost.memory.stage_memory`)."""
+    world_group: bool = False
+    """Whether a training step also runs collectives on the default (world) process group, apart
+    from its parallel groups, so every rank holds one more NCCL communicator of all the job's
+    GPUs (Megatron: barriers at initialisation, the gradient norm over the whole world with the
+    distributed optimizer; `cost.device_memory.nccl_bytes`)."""
     transformer_engine: bool = False
     """Whether the linear layers are Transformer Engine modules, which allocate their own
     cuBLASLt workspace tensor beside PyTorch's (`cost.device_memory.workspace_bytes`)."""
