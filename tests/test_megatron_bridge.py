@@ -289,3 +289,20 @@ def test_scan_writer_replaces_the_line_after_the_moe_knobs():
     for gpu, table in prof.items():  # nothing else moved
         rest = {k: v for k, v in table.items() if k != "scan_efficiency"}
         assert rest == {k: v for k, v in shipped[gpu].items() if k != "scan_efficiency"}
+
+
+def test_a_deepep_recipe_in_a_container_without_deepep_runs_alltoall(rows):
+    # Megatron-Bridge docs/releases/known-issues.md, 26.02: "DeepEP is not supported in the
+    # current NeMo framework 26.02 container". GT0966 (Qwen3-30B-A3B on 16 H100, 26.02) and
+    # GT0929 (the same layout and v0.3.0 recipe, 26.02.01) both mine the recipe's DeepEP
+    # dispatcher; only the 26.02 row can not have run it
+    c66, c29 = case_from_row(rows["GT0966"]), case_from_row(rows["GT0929"])
+    assert c66.job["moe_dispatcher"] == "alltoall"
+    assert ("alltoall dispatcher: no DeepEP in the NeMo 26.02 container (Megatron-Bridge known "
+            "issues)") in c66.assumptions
+    assert c29.job["moe_dispatcher"] == "deepep"
+    assert not any("no DeepEP" in a for a in c29.assumptions)
+    # the recipe's all-to-all overlap is kept; alltoall's all-to-all costs more than DeepEP's
+    t66 = evaluate(c66.problem(), c66.table(), RULES).time["ep_comm"][0]
+    t29 = evaluate(c29.problem(), c29.table(), RULES).time["ep_comm"][0]
+    assert t66 > t29

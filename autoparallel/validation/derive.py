@@ -345,4 +345,24 @@ def moe_settings(row, assumptions: list[str], is_moe: bool = False
     if "moe_dispatcher" not in job and "deepep" in text:
         job["moe_dispatcher"] = "deepep"
         assumptions.append("DeepEP dispatcher (the framework column)")
+    if job.get("moe_dispatcher") == "deepep" and _container(row) in NO_DEEPEP_CONTAINERS:
+        job["moe_dispatcher"] = "alltoall"
+        assumptions.append(f"alltoall dispatcher: no DeepEP in the NeMo {_container(row)} "
+                           "container (Megatron-Bridge known issues)")
     return job, lay, mods
+
+
+NO_DEEPEP_CONTAINERS = frozenset({"26.02"})
+"""NeMo containers that ship without DeepEP, so a recipe's DeepEP dispatcher cannot have run in
+them: Megatron-Bridge `docs/releases/known-issues.md`, 26.02: "DeepEP is not supported in the
+current NeMo framework 26.02 container (nvcr.io/nvidia/nemo:26.02), which results in reduced
+DSv3 performance compared to the NeMo framework 25.09 container". The flex dispatcher has no
+fallback (`training/flex_dispatcher_backend.py` only switches the recipe's alltoall to flex), so
+the run kept the recipe's base dispatcher, alltoall. 26.02.01 (r0.3.1) is not in the list."""
+
+
+def _container(row) -> str:
+    """The NeMo container a Megatron-Bridge table row was measured in ("26.02", "26.02.01"),
+    from its `source` ("... (NeMo container 26.02)"), or ""."""
+    m = re.search(r"NeMo container (\d+\.\d+(?:\.\d+)?)", str(row.get("source") or ""))
+    return m.group(1) if m else ""
