@@ -193,7 +193,13 @@ def model_from_row(row) -> tuple[ModelSpec, list[str]]:
         "name": name, "n_layers": need["layers"], "hidden_size": need["hidden"],
         "n_heads": need["heads"], "vocab_size": need["vocab"],
     }
-    if re.search(r"gpt-?2", name, re.I) and not re.search(r"dropout\s*(=\s*)?0(\.0)?\b", text, re.I):
+    stated = re.search(r"\bdropout\s*(?:=\s*)?(\d*\.?\d+)", text, re.I)
+    if stated and float(stated.group(1)) > 0:
+        # a dropout the row's notes state, e.g. Megatron-LM's defaults where the launch script
+        # sets none (megatron/training/arguments.py: --attention-dropout / --hidden-dropout 0.1)
+        spec["dropout"] = True
+        assumptions.append(f"dropout {stated.group(1)} (the notes)")
+    elif re.search(r"gpt-?2", name, re.I) and not stated:
         # GPT-2's configuration (resid_pdrop = attn_pdrop = 0.1) and Megatron-LM's defaults
         # (--hidden-dropout / --attention-dropout 0.1) keep dropout masks
         spec["dropout"] = True
