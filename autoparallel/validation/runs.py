@@ -22,6 +22,7 @@ derivation is recorded as an assumption:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -135,12 +136,19 @@ def _mem_definition(row) -> str:
     return found or "allocated"
 
 
+BINARY_UNIT = re.compile(r"gib|mib|2\^20|/ ?1024", re.I)
+"""Words of a row's `mem_definition` or `derived_values` that put its `peak_mem_gb` in GiB: a
+figure printed in GiB, or in MiB (`max_memory_allocated() / 2^20`, ATorch's and Colossal-AI's
+"MB") and divided by 1024 (e.g. "peak_mem_gb = 31132.3 MiB / 1024 derived"); else decimal GB."""
+
+
 def _mem_gib(row) -> float | None:
+    """The row's measured memory in GiB (`peak_mem_gb` in the unit `BINARY_UNIT` reads)."""
     v = _num(row, "peak_mem_gb")
     if not v:
         return None
-    unit = str(row.get("mem_definition") or "")
-    return v if "gib" in unit.lower() else v * GB / GiB
+    unit = f"{row.get('mem_definition') or ''} {row.get('derived_values') or ''}"
+    return v if BINARY_UNIT.search(unit) else v * GB / GiB
 
 
 CP_FORM_WORDS = (("a2a+p2p", "a2a+ring"), ("ulysses", "a2a"), ("cp_comm_type a2a", "a2a"),
