@@ -14,7 +14,7 @@ from .specs.job import JobSpec
 from .specs.network import NetworkSpec
 from .specs.stack import StackSpec
 
-SCHEMA_VERSION = "6"
+SCHEMA_VERSION = "7"
 """Version of the output schemas (`estimate`, `plan`, `capacity`). Version 2: field descriptions
 with units and a typed `problem` object in the plan output. Version 3: the job settings
 (`JobSpec`: stack, precision, dtypes, overlaps, overrides) in the estimate's `job` object and
@@ -40,7 +40,8 @@ such as the balanced split of a layout whose pp x vp does not divide the layers)
 layout, `robustness.memory_over`; `layout.cp_comm` (the context-parallel form: ring, a2a,
 allgather, a2a+ring; null when cp = 1) and `layout.cp_a2a` (the hierarchical form's all-to-all
 group), `time_s.cp_comm` and `memory_gib.overhead` costing the layout's form. Version 6:
-`job.offload_modules` (fine-grained activation offload of MoE modules' saved inputs).
+`job.offload_modules` (fine-grained activation offload of MoE modules' saved inputs). Version 7:
+`job.model_code` also takes `atorch` (ATorch's 3D pipeline on Hugging Face layers).
 `tests/golden/schema/v<N>.json` freezes each
 version; changing an output model needs a new version and a new golden file."""
 

@@ -27,6 +27,7 @@ FROZEN = {
     "4": "742d6be25ac4a583b4cbfcd3c835a0a81cdf1ffe81ef817be10331824454285d",
     "5": "851ee8be7b06abc2fd40fb5206084ef5726f67de356610665b87def867daabe0",
     "6": "5f6c95570feaca242e59a5e04ac0a724e4fa9e578323e2ed8e0ebe3c528828b3",
+    "7": "72a95ac4dabbf4f95db2fb4a949dc561b4d6cf32c2245cfa03f55c2700543007",
 }
 """sha256 of each released golden (canonical JSON: sorted keys, no spaces)."""
 OUTPUTS = ("estimate", "plan", "capacity")

@@ -432,3 +432,54 @@ def test_measured_memory_unit(definition, derived, want_gib):
 
     row = {"peak_mem_gb": "17.43", "mem_definition": definition, "derived_values": derived}
     assert _mem_gib(row) == pytest.approx(want_gib, rel=1e-9)
+
+
+def test_atorch_3d_first_stage_by_hand():
+    """ATorch's DeepSpeed 3D pipeline on Llama-2-7B (MR0077: TP 2, PP 2, DP 2, ZeRO-1 fp16,
+    DeepSpeed activation checkpointing of every decoder layer, micro-batch 8 at sequence 4096,
+    64 micro-batches), measured by `max_memory_allocated` on rank 0, the first stage.
+
+    By hand (dlrover atorch/examples/llama2 @3a442b72): DeepSpeed's `type:LlamaDecoderLayer`
+    partition puts 16 layers and the embedding on stage 0, which ATorch ties to the logit layer
+    (`tie_first=True`). Per TP rank a layer holds (4h^2 + 3hf)/2 + 2h = 101,195,776 parameters,
+    the vocab-parallel embedding 32,000 h / 2 = 65,536,000: 1,684,668,416, at 2 (fp16 weights) + 2
+    (fp16 gradients) + 12 / 2 (fp32 master and Adam moments over DP 2) = 10 bytes. 1F1B keeps 2
+    micro-batches in flight on stage 0: 2 x 16 layer inputs of 2 s b h = 268,435,456 B = 8 GiB.
+    The recompute of one layer re-materialises what the model's Hugging Face `LlamaDecoderLayer`
+    keeps (transformers 4.31; `cost.model_code` `atorch`): per token, on every TP rank the two
+    norms' inputs and outputs 8h and their fp32 copies 2 x 4h, and over TP 2 q, k, v and the
+    attention output 8h, the pre-RoPE q and k copies 8h, the unfused SwiGLU's 8f: 142,336 B x
+    32,768 tokens (flash attention's log-sum-exp, 2 MiB, is not in the ledger). Plus Ampere's cuBLAS
+    workspace 8 MiB + 128 KiB and the int64 token ids of 2 micro-batches: 28.0419 GiB, where the
+    first stage was read as fused layers before (26.21 GiB) and measured 30.40."""
+    import pandas as pd
+
+    from autoparallel.data import MEMORY_RUNS
+    from autoparallel.validation.memory_check import memory_records
+
+    states = 1_684_668_416 * (2 + 2 + 12 / 2)
+    acts = 2 * 16 * 2 * 4096 * 8 * 4096
+    h, f, t, tokens = 4096, 11008, 2, 8 * 4096
+    working = tokens * (16 * h + (8 * h + 8 * h + 8 * f) / t)
+    hand = states + acts + working + 8 * 2**20 + 128 * 2**10 + 2 * 8 * tokens
+    assert hand / 2**30 == pytest.approx(28.0419, abs=1e-4)
+    frame = pd.read_csv(MEMORY_RUNS, dtype=str, keep_default_na=False)
+    rec, _ = memory_records(frame[frame["row_id"].isin(["MR0075", "MR0077"])])
+    row = rec.set_index("row_id")
+    assert row.loc["MR0077", "predicted_gib"] == pytest.approx(hand / 2**30, rel=1e-6)
+    assert row.loc["MR0077", "measured_gib"] == pytest.approx(30.40)
+    # MR0075 (TP 1): rank 0's first stage, not the last stage's larger figure (its tied logits
+    # and loss), is what the figure is compared with
+    assert row.loc["MR0075", "predicted_gib"] < row.loc["MR0075", "allocated_gib"] - 2.0
+
+
+@pytest.mark.parametrize("text, key", [
+    ("torch.cuda.max_memory_allocated()/2^20 (example_utils.report_memory, rank 0)",
+     "first.allocated"),
+    ("torch.cuda.max_memory_allocated()", "total"),
+    ("torchtitan 'memory' GiB (max reserved), step 10, rank 2", "reserved"),
+])
+def test_memory_figure_of_the_stage_measured(text, key):
+    from autoparallel.validation.memory_definitions import definition, figure_key
+
+    assert figure_key(definition(text, "ok"), text) == key

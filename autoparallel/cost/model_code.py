@@ -34,6 +34,15 @@ g d_h, f = FFN width, V = vocab):
   RMSNorm (`use_fused_rms_norm`), RoPE applied as q cos + rotate_half(q) sin (+4q + 4k, as hf),
   `down(silu(gate(x)) * up(x))` (+2f for gated MLPs); the pre-training criterion casts the fp16
   logits to fp32 (kept) and the cross-entropy keeps its fp32 softmax: 2V + 4V + 4V = 10 per entry.
+- **atorch** (ATorch's `ds_3d_parallel` on a Hugging Face model, dlrover atorch/examples/llama2
+  `ds_3d_llama2.py` @3a442b72, transformers 4.31 per atorch/requirements.txt): the pipeline is
+  built from the `LlamaModel`'s own `LlamaDecoderLayer` modules (`utils/ds_pipe_utils.py`
+  `PipeModuleFromRecordedMeta`), with only the linears swapped for column/row-parallel ones and
+  the attention core for flash attention (`LlamaAttentionFA`): the layers keep what `hf` keeps.
+  The loss is the tied embedding's `F.linear` (its fp16 logits stay referenced by the pipeline
+  engine's output buffer until the backward, 2V) and `logits.float()` into ATorch's fork of
+  Megatron's `_VocabParallelCrossEntropy`, which saves one fp32 softmax (4V; the fp32 copy is
+  dropped when the loss returns): 6 per vocabulary entry.
 - **fused**: none of the above (the ledger as is); vocab-parallel cross-entropy 4 per entry.
 """
 
@@ -67,6 +76,7 @@ MODEL_CODES: dict[str, ModelCode] = {
     "nanotron": ModelCode(norm_extra_h=0.0, rope_extra=0.0, glu_extra_f=2.0, loss_bytes_per_vocab=6.0),
     "paddlenlp": ModelCode(norm_extra_h=0.0, rope_extra=4.0, glu_extra_f=2.0,
                            loss_bytes_per_vocab=10.0),
+    "atorch": ModelCode(norm_extra_h=4.0, rope_extra=4.0, glu_extra_f=2.0, loss_bytes_per_vocab=6.0),
     "torchtitan": ModelCode(norm_extra_h=0.0, rope_extra=4.0, glu_extra_f=2.0,
                             loss_bytes_per_vocab=6.0),
 }

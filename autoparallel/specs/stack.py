@@ -17,7 +17,7 @@ from ._base import Spec
 from .hardware import Profile
 from .precision import PrecisionName
 
-ModelCodeName = Literal["fused", "hf", "nanotron", "torchtitan", "paddlenlp"]
+ModelCodeName = Literal["fused", "hf", "nanotron", "torchtitan", "paddlenlp", "atorch"]
 """Model code whose saved tensors the activation ledger follows (`cost.model_code`)."""
 
 AttentionKernel = Literal["flash", "cudnn", "eager"]
@@ -100,7 +100,8 @@ class StackSpec(Spec):
     `cost.memory.op_sac_bytes`)."""
     model_code: ModelCodeName = "fused"
     """What the stack's model code saves beyond the fused-kernel ledger (`cost.model_code`):
-    `fused`, `hf` (Hugging Face transformers modules), `nanotron`, `torchtitan`."""
+    `fused`, `hf` (Hugging Face transformers modules), `nanotron`, `torchtitan`, `paddlenlp`,
+    `atorch` (ATorch 3D: Hugging Face layers with a vocab-parallel loss)."""
     torch_compile: bool = False
     """Whether the stack's runs use torch.compile by default (`JobSpec.torch_compile`)."""
     autocast: bool = False

@@ -246,12 +246,16 @@ def _eager_default(stack: str) -> bool:
 
 
 def _model_code(row) -> str | None:
-    """The model code the framework names where it may differ from its stack's default: `fused`
-    for Megatron-style layers (ATorch 3D), `hf` for LitGPT's GPT and Hugging Face transformers
+    """The model code the framework names where it may differ from its stack's default: `atorch`
+    for ATorch's 3D pipeline, `fused` for Megatron-style layers, `hf` for LitGPT's GPT and Hugging Face transformers
     classes (e.g. ATorch's FSDP on `LlamaForCausalLM`); None otherwise."""
     text = f"{row.get('framework') or ''}".lower()
+    if "atorch" in text and "pipelineengine" in text:
+        # ATorch 3D: the model's own Hugging Face decoder layers with TP linears and a
+        # vocab-parallel cross-entropy (`cost.model_code` "atorch")
+        return "atorch"
     if "megatron-style" in text:
-        return "fused"  # Megatron-style TP layers with a vocab-parallel cross-entropy (ATorch 3D)
+        return "fused"  # Megatron-style TP layers with a vocab-parallel cross-entropy
     if "litgpt" in text:
         # LitGPT's own GPT: fp32 RMSNorm, unfused RoPE (x cos + rotated x sin), fc_1/fc_2/silu
         # kept apart: the hf accounting (litgpt/model.py)

@@ -23,7 +23,7 @@ from ..evaluate import evaluate
 from ..units import GiB
 from .modelspec import RowSkip
 from .plausible import least_state_bytes
-from .memory_definitions import FIGURE, definition
+from .memory_definitions import FIGURE, definition, figure_key
 from .runs import RULES, case_from_row
 
 BELOW_STATE = "below the least model state its GPUs can hold (not this job's memory)"
@@ -75,7 +75,9 @@ def memory_records(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
                 problem, case.layout.optimizer_offload):
             skipped.append((rid, src, BELOW_STATE))
             continue
-        predicted = float(ev.memory[FIGURE[kind]][0]) / GiB if kind else np.nan
+        # the stage the figure was taken on (rank 0: the first stage), else the most loaded one
+        predicted = float(ev.memory[figure_key(kind, rec.get("mem_definition") or "")][0]) / GiB \
+            if kind else np.nan
         stages = _stage_errors(rec, ev, kind, measured / float(rec.get("peak_mem_gb") or 1.0)) \
             if kind and measured else {}
         out.append({

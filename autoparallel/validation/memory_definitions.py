@@ -24,3 +24,17 @@ def definition(text: str, status: str) -> str | None:
     if re.search(r"nvidia-smi|flagperf|gpu memory usage", t):
         return "device"
     return None
+
+
+def stage(text: str) -> str:
+    """Which pipeline stage's figure a row reports: `first` where its `mem_definition` says the
+    figure is global rank 0's (DeepSpeed's `PipeTopology` and Megatron both put rank 0 in the
+    first stage), else `peak` (the most loaded stage, what a plan checks)."""
+    return "first" if re.search(r"\brank 0\b", (text or "").lower()) else "peak"
+
+
+def figure_key(kind: str, text: str) -> str:
+    """Key of the evaluation's memory dict for a row's definition `kind` and stage (`stage`)."""
+    if stage(text) == "first":
+        return "first." + ("allocated" if FIGURE[kind] == "total" else FIGURE[kind])
+    return FIGURE[kind]
