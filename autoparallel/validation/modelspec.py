@@ -4,9 +4,10 @@ The columns (`layers, hidden, heads, kv_heads, ffn_hidden, vocab`, MoE fields) f
 `shared/data/README.md`. What they do not say is derived, and every derivation is returned as an
 assumption string so that the report can count it:
 
-- MLP type: gated (SwiGLU, three h x f matrices) for the Llama/Qwen/DeepSeek/Mixtral/GPT-OSS
-  families, two-matrix (GeLU) for GPT/MPT/BLOOM/OPT/MT-NLG; a name with no family falls back to
-  whichever matches the stated parameter count.
+- MLP type: gated (SwiGLU, three h x f matrices) for the Llama/Qwen/DeepSeek/Mixtral/GPT-OSS/
+  ChatGLM/Baichuan/Aquila/Phi-3 families, two-matrix (GeLU) for GPT/MPT/BLOOM/OPT/MT-NLG/phi-2/
+  StableLM-alpha; a name with no family falls back to whichever matches the stated parameter
+  count, and to GeLU when none is stated.
 - Tied embeddings: chosen by the stated parameter count (`params_total_b`, or `NumParams=` in the
   notes) when one is given (the untied count is larger by V*h); otherwise from the word "tied" in
   the row's notes; otherwise untied.
@@ -25,8 +26,9 @@ from ..errors import format_validation_error
 from ..presets import list_models, load_model
 from ..specs.model import ModelSpec
 
-GATED = re.compile(r"llama|qwen|deepseek|mixtral|mistral|gpt[- ]?oss|kimi|gemma", re.I)
-UNGATED = re.compile(r"\bgpt|mpt|bloom|opt\b|mt-nlg|nemotron", re.I)
+GATED = re.compile(r"llama|qwen|deepseek|mixtral|mistral|gpt[- ]?oss|kimi|gemma|glm|baichuan|aquila|"
+                   r"phi-?3|moonlight", re.I)
+UNGATED = re.compile(r"\bgpt|mpt|bloom|opt\b|mt-nlg|nemotron|phi-2|stablelm", re.I)
 
 
 class RowSkip(Exception):
