@@ -202,23 +202,43 @@ def _basis(level: str, row: BandRow | None, quantity: str, gpu: str) -> dict:
             "p10": p10, "p90": p90, "note": note}
 
 
-def bands_for(problem, time: dict[str, np.ndarray], memory_total: np.ndarray,
-              table: dict | None = None) -> Bands:
-    """Step-time and memory bands of every row (vectorised; two table lookups per call)."""
+def step_bases(problem, table: dict | None = None) -> dict[str, dict]:
+    """Per regime (`compute`, `comm`): the basis of `problem`'s step-time bands (level, runs,
+    sources, the log p10 / p90 applied); the same for every row of the problem."""
     gpu = problem.cluster.gpu.name
     stack = getattr(problem.training, "stack", None)  # the job's software stack, when it has one
+    return {r: _basis(*find_row("step", stack, gpu, r, table), "step", gpu)
+            for r in ("compute", "comm")}
+
+
+def memory_basis(problem, table: dict | None = None) -> dict:
+    """The basis of `problem`'s memory band (level, runs, sources, the log p10 applied)."""
+    gpu = problem.cluster.gpu.name
+    stack = getattr(problem.training, "stack", None)
+    return _basis(*find_row("memory", stack, gpu, ANY, table), "memory", gpu)
+
+
+def memory_total_high(problem, memory_total: np.ndarray, table: dict | None = None) -> np.ndarray:
+    """Bytes per row: the upper edge of the allocated peak's band, total x exp(-p10), which
+    needs no time ledger (`Bands.memory_total_high` is this)."""
+    return np.asarray(memory_total, dtype=float) * np.exp(-memory_basis(problem, table)["p10"])
+
+
+def bands_for(problem, time: dict[str, np.ndarray], memory_total: np.ndarray,
+              table: dict | None = None) -> Bands:
+    """Step-time and memory bands of every row (vectorised; two table lookups per call). A
+    row's band depends on that row alone, so the bands of some rows are those rows' bands."""
     share = exposed_comm_share(time)
     comm = share >= COMM_BOUND_SHARE
-    step_basis = {r: _basis(*find_row("step", stack, gpu, r, table), "step", gpu)
-                  for r in ("compute", "comm")}
+    step_basis = step_bases(problem, table)
     lo = np.where(comm, step_basis["comm"]["p90"], step_basis["compute"]["p90"])
     hi = np.where(comm, step_basis["comm"]["p10"], step_basis["compute"]["p10"])
-    mem_basis = _basis(*find_row("memory", stack, gpu, ANY, table), "memory", gpu)
     step = np.asarray(time["step"], dtype=float)
     return Bands(step_low=step * np.exp(-lo), step_high=step * np.exp(-hi),
-                 memory_total_high=np.asarray(memory_total, dtype=float) * np.exp(-mem_basis["p10"]),
-                 comm_bound=comm, comm_share=share, step_basis=step_basis, memory_basis=mem_basis)
+                 memory_total_high=memory_total_high(problem, memory_total, table),
+                 comm_bound=comm, comm_share=share, step_basis=step_basis,
+                 memory_basis=memory_basis(problem, table))
 
 
 __all__ = ["BAND_FILE", "Bands", "COMM_BOUND_SHARE", "bands_for", "exposed_comm_share",
-           "find_row", "load_bands"]
+           "find_row", "load_bands", "memory_basis", "memory_total_high", "step_bases"]

@@ -181,7 +181,7 @@ class Evaluation:
             | {"total_high": float(bands.memory_total_high[i] / GiB),
                "by_stage": self.by_stage(i)},
             "fits": bool(self.fits[i]),
-            "memory_risk": bool(memory_risk(self.memory, bands)[i]),
+            "memory_risk": bool(memory_risk(self.memory, bands.memory_total_high)[i]),
             "time_s": {k: float(self.time[k][i]) for k in TIME_KEYS}
             | {"step_low": float(bands.step_low[i]), "step_high": float(bands.step_high[i])},
             "mfu": float(self.mfu[i]),
@@ -294,17 +294,17 @@ class Evaluation:
         cols["time_step_low_s"] = bands.step_low
         cols["time_step_high_s"] = bands.step_high
         cols["fits"] = self.fits
-        cols["memory_risk"] = memory_risk(self.memory, bands)
+        cols["memory_risk"] = memory_risk(self.memory, bands.memory_total_high)
         cols["mfu"] = self.mfu
         cols["tokens_per_s_per_gpu"] = self.tokens_per_s_per_gpu
         return cols
 
 
-def memory_risk(memory: dict[str, np.ndarray], bands: Bands) -> np.ndarray:
+def memory_risk(memory: dict[str, np.ndarray], total_high: np.ndarray) -> np.ndarray:
     """Per row: the upper end of the memory band (`total_high`, the allocated peak 9 runs in 10
-    stay under) exceeds the usable memory, so the layout may run out of memory although its
-    predicted peak fits."""
-    return bands.memory_total_high > memory["usable"]
+    stay under: `Bands.memory_total_high`) exceeds the usable memory, so the layout may run out
+    of memory although its predicted peak fits."""
+    return total_high > memory["usable"]
 
 
 BLOCK_ROWS = 131072
@@ -323,12 +323,13 @@ blocks' Python-level work, which holds the GIL."""
 
 
 def block_size(n: int) -> int:
-    """Rows per block for a table of `n` rows: equal blocks of at most `BLOCK_ROWS`, and at least
-    `WORKERS` of them once each can hold `SPLIT_ROWS` (154,224 rows: two blocks of 77,112, not
-    131,072 and 23,152, which would leave one thread idle most of the time)."""
+    """Rows per block for a table of `n` rows: equal blocks of at most `BLOCK_ROWS`, as many as
+    a multiple of `WORKERS` once each can hold `SPLIT_ROWS` (154,224 rows: two blocks of 77,112,
+    not 131,072 and 23,152, which would leave one thread idle most of the time; 609,352 rows:
+    six of 101,559, not five, of which one thread would cost three and the other two)."""
     blocks = -(-n // BLOCK_ROWS)
-    if blocks < WORKERS and n >= WORKERS * SPLIT_ROWS:
-        blocks = WORKERS
+    if n >= WORKERS * SPLIT_ROWS:
+        blocks = -(-blocks // WORKERS) * WORKERS
     return -(-n // max(blocks, 1))
 
 

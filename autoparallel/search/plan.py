@@ -14,7 +14,7 @@ from ..rules import RULES, Reject, active_rules
 from ..errors import SpecError
 from ..specs.problem import Problem
 from .enumerate import enumerate_valid
-from .robust import RANK_BY, robust_order, robustness, tied_with_first
+from .robust import RANK_BY, robust_order, robustness, tied_group
 from .space import SearchSpace
 
 
@@ -53,10 +53,6 @@ class PlanResult:
     """Per survivor: its error band overlaps the fastest layout's."""
     _robustness: dict[str, np.ndarray] | None = None
     _bands: object | None = field(default=None, repr=False)
-    band_low: np.ndarray | None = None
-    """Per survivor: `step_low` of its error band, seconds."""
-    band_high: np.ndarray | None = None
-    """Per survivor: `step_high` of its error band, seconds."""
 
     @property
     def study(self):
@@ -75,8 +71,26 @@ class PlanResult:
         which a sweep writing only the ranked rows never needs)."""
         if self._robustness is None:  # the tied group and the ranked top (`robust.robustness`)
             top = np.arange(len(self.tied)) < len(self.ranked)
-            self._robustness = robustness(self.survivors, self._bands, self.tied | top)
+            self._robustness = robustness(self.survivors, self.tied | top)
         return self._robustness
+
+    @property
+    def bands(self):
+        """Per survivor: its error bands (`bands.Bands`), costed on first use (`plan` itself
+        costs those of the rows that can tie with the fastest: `search.robust.tied_group`)."""
+        if self._bands is None:
+            self._bands = self.survivors.bands()
+        return self._bands
+
+    @property
+    def band_low(self) -> np.ndarray:
+        """Per survivor: `step_low` of its error band, seconds."""
+        return self.bands.step_low
+
+    @property
+    def band_high(self) -> np.ndarray:
+        """Per survivor: `step_high` of its error band, seconds."""
+        return self.bands.step_high
 
     def standing(self, layout) -> dict:
         """Where `layout` (e.g. a published one) stands among the fitting layouts: its estimate,
@@ -252,16 +266,14 @@ def plan(
                        for i in range(len(survivors))], dtype=bool)
         target_rejected = int(np.count_nonzero(~ok))
         survivors = survivors.take(np.flatnonzero(ok))
-    bands = survivors.bands()
-    tied = tied_with_first(bands.step_low, bands.step_high)
+    tied = tied_group(survivors)  # bands costed for the rows that can tie, not for all
     rob = None
     if rank_by == "robust":
         # the robustness of the tied group (ranked by it) and of the first `top` (reported)
-        rob = robustness(survivors, bands, tied | (np.arange(len(tied)) < top))
+        rob = robustness(survivors, tied | (np.arange(len(tied)) < top))
         order = robust_order(survivors.time["step"], tied, rob["score"], rob["memory_risk"])
         survivors = survivors.take(order)
         tied, rob = tied[order], {k: v[order] for k, v in rob.items()}
-        bands = survivors.bands()
     nearest = None
     if len(survivors) == 0 and len(valid):
         # the n_nearest smallest totals of the memory already costed; only those rows are
@@ -276,7 +288,6 @@ def plan(
         reject_counts=found.pruned_counts | ({"oom": int(np.count_nonzero(oom))}
                                              if np.any(oom) else {}),
         target=target, rules=tuple(rules), rank_by=rank_by, tied=tied, _robustness=rob,
-        _bands=bands, band_low=bands.step_low, band_high=bands.step_high,
     )
     if target_rejected:
         result.reject_counts[f"target_{target}"] = target_rejected

@@ -85,32 +85,35 @@ def _slower_network(c):
                                 "network": c.network.model_copy(update={"tiers": tiers})})
 
 
-def robustness(ev: Evaluation, bands, rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """The penalty and its terms for every row (see the module docstring); `bands` are the
-    rows' error bands (`Evaluation.bands`). With `rows` (a boolean mask) the two perturbed
-    ledgers run on those rows only and the sensitivities, penalty and score of the others are
-    NaN (`plan` needs them for the tied group and the ranked top alone)."""
+def robustness(ev: Evaluation, rows: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The penalty and its terms for every row (see the module docstring). With `rows` (a
+    boolean mask) the terms that need the time ledger's communication items or the two
+    perturbed ledgers (`net_sensitivity`, `gemm_sensitivity`, `exposed_comm_share`, and so
+    `penalty` and `score`) are costed for those rows only and are NaN for the others; the memory
+    and shape terms are costed for every row (`plan` needs the former for the tied group and
+    the ranked top alone)."""
+    from ..bands import exposed_comm_share, memory_total_high
     from ..evaluate import memory_risk
 
     step = ev.time["step"]
-    comm_share = bands.comm_share
-    if rows is None or np.all(rows):
-        net, gemm = perturbed_steps(ev)
-    else:
-        idx = np.flatnonzero(rows)
-        net, gemm = np.full(len(step), np.nan), np.full(len(step), np.nan)
-        if len(idx):
-            net[idx], gemm[idx] = perturbed_steps(ev.take(idx))
+    n = len(step)
+    idx = np.arange(n) if rows is None else np.flatnonzero(rows)
+    net, gemm, share = (np.full(n, np.nan) for _ in range(3))
+    if len(idx):
+        sub = ev if len(idx) == n else ev.take(idx)
+        net[idx], gemm[idx] = perturbed_steps(sub)
+        share[idx] = exposed_comm_share(sub.time)
     t = ev.table
     dims = sum((t[k] > 1).astype(int) for k in ("dp", "tp", "pp", "cp", "ep"))
     g = ev.problem.cluster.nvlink_domain
     in_node = (t["tp"] <= g) & (t["etp"] * t["ep"] <= g)  # TP, and the expert-TP x EP block
     used = ev.memory["fit_peak"] / ev.memory["usable"]
+    high = memory_total_high(ev.problem, ev.memory["total"])
     out = {"net_sensitivity": net / step - 1.0, "gemm_sensitivity": gemm / step - 1.0,
-           "exposed_comm_share": np.asarray(comm_share, dtype=float), "memory_used": used,
+           "exposed_comm_share": share, "memory_used": used,
            "parallel_dims": dims, "tp_ep_in_node": in_node,
-           "memory_over": np.maximum(bands.memory_total_high / ev.memory["usable"] - 1.0, 0.0),
-           "memory_risk": memory_risk(ev.memory, bands)}
+           "memory_over": np.maximum(high / ev.memory["usable"] - 1.0, 0.0),
+           "memory_risk": memory_risk(ev.memory, high)}
     out["penalty"] = (out["net_sensitivity"] + out["gemm_sensitivity"] + out["exposed_comm_share"]
                       + W_MEMORY * used + W_DIMS * np.maximum(dims - 1, 0)
                       + W_CROSS_NODE * (~in_node) + out["memory_over"])
@@ -123,6 +126,26 @@ def tied_with_first(step_low: np.ndarray, step_high: np.ndarray) -> np.ndarray:
     if not len(step_low):
         return np.zeros(0, dtype=bool)
     return step_low <= step_high[0]
+
+
+def tied_group(ev: Evaluation) -> np.ndarray:
+    """`tied_with_first` over the rows of `ev` (fastest first), with the bands costed only for
+    the rows that can overlap row 0's: a row's band starts at its step x exp(-p90) of its
+    regime (`bands.bands_for`), so a row slower than row 0's `step_high` x exp(the larger p90)
+    cannot, and a row's band is its own (the same numbers as costing every row's)."""
+    from ..bands import step_bases
+
+    n = len(ev)
+    if not n:
+        return np.zeros(0, dtype=bool)
+    high0 = float(ev.take(np.array([0])).bands().step_high[0])
+    widest = max(b["p90"] for b in step_bases(ev.problem).values())
+    step = ev.time["step"]
+    can = np.flatnonzero(step <= high0 * np.exp(widest) * (1.0 + 1e-9))
+    can = np.union1d(can, [0])
+    tied = np.zeros(n, dtype=bool)
+    tied[can] = ev.take(can).bands().step_low <= high0
+    return tied
 
 
 def robust_order(step: np.ndarray, tied: np.ndarray, score: np.ndarray,
@@ -157,7 +180,8 @@ def why_recommended(result) -> str:
     order = robust_order(step, result.tied, rob["score"], rob["memory_risk"])
     best = int(order[0])
     slug = result.survivors.table.row(best).slug
-    lo, hi = result.band_low[fastest], result.band_high[fastest]
+    band = result.survivors.take(np.array([fastest])).bands()  # this row's alone
+    lo, hi = float(band.step_low[0]), float(band.step_high[0])
     head = (f"{n_tied:,} layout(s) tie with the fastest within its error band "
             f"({lo:.3g}-{hi:.3g} s per step)")
     if n_tied == 1:
