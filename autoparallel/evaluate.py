@@ -373,6 +373,14 @@ def in_blocks(ledger, problem: Problem, arch: Arch, table: LayoutTable,
     return joined if keep is None else Ledger(ledger, problem, arch, table, joined, keys)
 
 
+def rule_flags(problem: Problem, arch: Arch, table: LayoutTable, rules=None) -> np.ndarray:
+    """`rules.check_rules` over blocks of rows costed by `WORKERS` threads (each rule reads its
+    own row alone, so the flags are the whole table's; tests/test_row_independence.py)."""
+    def flags(p, a, t):
+        return {"flags": check_rules(p, a, t, rules)}
+    return in_blocks(flags, problem, arch, table)["flags"]
+
+
 RANKED_MEMORY = ("fit_peak", "usable", "total")
 """Memory keys a search reads for every row (fits, ranking, bands); `lazy` keeps only them."""
 RANKED_TIME = ("step", "m") + COMM_ITEMS
@@ -389,7 +397,7 @@ def evaluate(problem: Problem, table: LayoutTable, rules=None, arch: Arch | None
     for the rows that read them (`Ledger`). `reject`: the rows' rule flags, when the caller has
     them (`plan`'s rows pass every rule: `enumerate_valid`)."""
     arch = arch or build_arch(problem.model)
-    flags = check_rules(problem, arch, table, rules) if reject is None else reject
+    flags = rule_flags(problem, arch, table, rules) if reject is None else reject
     if memory is None:
         memory = in_blocks(memory_ledger, problem, arch, table,
                            keep=RANKED_MEMORY if lazy else None)

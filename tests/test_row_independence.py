@@ -13,6 +13,7 @@ from autoparallel.cost.comm import Collective, algorithm_times
 from autoparallel.cost.pick import pick
 from autoparallel.evaluate import BLOCK_ROWS
 from autoparallel.placement import group
+from autoparallel.rules import Reject, check_rules
 from autoparallel.search.enumerate import enumerate_layouts
 
 
@@ -49,6 +50,10 @@ def test_rows_costed_alike_in_any_order_and_block():
     order = np.random.default_rng(3).permutation(len(table))
     a = evaluate(p, table)
     b = evaluate(p, table.take(order))
+    # the rule flags too (checked in blocks by threads), with rows that break rules among them
+    assert np.array_equal(a.reject[order], b.reject)
+    assert (a.reject & ~int(Reject.OOM)).any() and ((a.reject & ~int(Reject.OOM)) == 0).any()
+    assert np.array_equal(a.reject & ~int(Reject.OOM), check_rules(p, a.arch, table))
     for name in ("time", "memory"):
         for k, v in getattr(a, name).items():
             assert np.array_equal(v[order], getattr(b, name)[k]), (name, k)
@@ -58,7 +63,7 @@ def test_rows_costed_alike_in_any_order_and_block():
     assert np.array_equal(c.memory["total"], a.memory["total"][few])
 
 
-@pytest.mark.parametrize("n", [1, 97, 32767, 32768, 40000, 131072, 131073, 154224, 981780])
+@pytest.mark.parametrize("n", [1, 97, 32767, 32768, 40000, 131072, 131073, 154224, 609352, 981780])
 def test_blocks_cover_the_table_in_equal_parts_that_keep_every_worker_busy(n):
     from autoparallel.evaluate import SPLIT_ROWS, WORKERS, block_size
 
@@ -66,7 +71,7 @@ def test_blocks_cover_the_table_in_equal_parts_that_keep_every_worker_busy(n):
     blocks = -(-n // size)
     assert 1 <= size <= BLOCK_ROWS and blocks * size >= n > (blocks - 1) * size
     if n >= WORKERS * SPLIT_ROWS:
-        assert blocks >= WORKERS
+        assert blocks >= WORKERS and blocks % WORKERS == 0  # no thread left with one more block
         assert n - (blocks - 1) * size > size // 2  # the last block is not a sliver
     else:
         assert blocks == 1

@@ -61,6 +61,22 @@ def _cross(base: dict[str, np.ndarray], name: str, values) -> dict[str, np.ndarr
     return out
 
 
+def _cross_all(base: dict[str, np.ndarray], axes: list[tuple[str, object]]) -> dict[str, np.ndarray]:
+    """`_cross` with each (name, values) of `axes` in turn, built at once: the same rows in the
+    same order, without the intermediate tables (each of `base`'s columns repeated once)."""
+    values = [np.asarray(v, dtype=np.int64) for _, v in axes]
+    n = len(next(iter(base.values())))
+    times = math.prod(len(v) for v in values)
+    if n * times > MAX_LAYOUTS:
+        raise _TooMany(n * times)
+    out = {k: np.repeat(v, times) for k, v in base.items()}
+    inner = times
+    for (name, _), v in zip(axes, values):
+        inner //= len(v)  # rows per value of this axis within one block of its outer axes
+        out[name] = np.tile(np.repeat(v, inner), n * (times // (inner * len(v))))
+    return out
+
+
 def _keep(cols: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, np.ndarray]:
     return {k: v[mask] for k, v in cols.items()}
 
@@ -128,7 +144,8 @@ def enumerate_valid(problem: Problem, space: SearchSpace | None = None,
     rule (DeepSeek-V3 on 16,384 GPUs: 6.8 M candidates, 1.7 M pass). `drop_dominated`: also
     drop the hierarchical CP splits another split of the same row beats under every ZeRO stage
     and recompute choice (`search.dominated`), counted under `cp_split_dominated`."""
-    from ..rules import RULES, active_rules, check_rules
+    from ..evaluate import rule_flags
+    from ..rules import RULES, active_rules
     from .dominated import dominated_splits
 
     space = space or SearchSpace()
@@ -152,7 +169,7 @@ def enumerate_valid(problem: Problem, space: SearchSpace | None = None,
             probe[k] = np.zeros(len(cols["tp"]), dtype=np.int64)
         probe["rn"] = np.full(len(cols["tp"]), ALL_LAYERS, dtype=np.int64)
         table = LayoutTable(probe, problem.model.n_layers)
-        flags = check_rules(problem, arch, table, rules)
+        flags = rule_flags(problem, arch, table, rules)
         ok = flags == 0
         if drop_dominated:
             beaten = np.zeros(len(ok), dtype=bool)
@@ -176,7 +193,7 @@ def enumerate_valid(problem: Problem, space: SearchSpace | None = None,
     except _TooMany as exc:
         raise SpecError(_too_many_message(exc.rows, problem, space)) from None
     if extras:
-        flags = check_rules(problem, arch, table, rules)
+        flags = rule_flags(problem, arch, table, rules)
         count(flags, 1)
         table = table.take(np.flatnonzero(flags == 0))
     return Enumerated(table, total[0], {k: v for k, v in counts.items() if v})
@@ -286,8 +303,7 @@ def _enumerate(problem: Problem, space: SearchSpace, prune=None) -> LayoutTable:
     rc_values = [RECOMPUTE_CODES[r] for r in (space.recompute or RECOMPUTE_CODES)]
     if prune is not None:
         cols = prune(cols, len(zero_values) * len(rc_values))
-    cols = _cross(cols, "zero", zero_values)
-    cols = _cross(cols, "rc", rc_values)
+    cols = _cross_all(cols, [("zero", zero_values), ("rc", rc_values)])
     cols["rn"] = np.full(len(cols["mb"]), ALL_LAYERS, dtype=np.int64)  # full = every layer
     for k in ("rm", "ao", "oo"):  # default modules, nothing offloaded (opened by `_with_extras`)
         cols[k] = np.zeros(len(cols["mb"]), dtype=np.int64)
