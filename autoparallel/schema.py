@@ -14,7 +14,7 @@ from .specs.job import JobSpec
 from .specs.network import NetworkSpec
 from .specs.stack import StackSpec
 
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"
 """Version of the output schemas (`estimate`, `plan`, `capacity`). Version 2: field descriptions
 with units and a typed `problem` object in the plan output. Version 3: the job settings
 (`JobSpec`: stack, precision, dtypes, overlaps, overrides) in the estimate's `job` object and

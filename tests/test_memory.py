@@ -268,6 +268,38 @@ def test_model_code_extras_per_layer(code, extra):
     assert _llama_act(Layout(), model_code=code) == pytest.approx(34.0 + extra, abs=1e-9)
 
 
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_chatglm_block_keeps_what_its_code_saves(tp):
+    """ChatGLM3-6B's own GLMBlock (FlagPerf @1b5a030 `chatglm3_6b_hf/modeling_chatglm.py`), run
+    on CPU in bf16 at s = 1024 with `torch.autograd.graph.saved_tensors_hooks` summing the
+    storages autograd keeps: 241,800 bytes per token (fp32 norm input and normalised tensor
+    16,384 + 16,384 per norm, K and V expanded to 32 heads 8,192 each, no pre-RoPE copy, the
+    merged h-to-4h output 54,784, SiLU output and product 27,392 each, SDPA output and LSE).
+    The `chatglm` model code gives 240,640 at TP 1 (the 1,160 left: the LSE and the rotary
+    cache's views); with TP the expanded K and V are the rank's heads (32 / tp), the rest
+    divides as the fused accounting does (no SP: the norms stay whole)."""
+    from autoparallel.validation.modelspec import model_from_row
+
+    cols = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")
+    spec, _ = model_from_row({"model": "ChatGLM3-6B", "seq_len": 1024}
+                             | dict(zip(cols, (28, 4096, 32, 2, 13696, 65024))))
+    p = make_problem(spec, "h100", tp, seq_len=1024, global_batch=1, stack="deepspeed",
+                     model_code="chatglm")
+    t = LayoutTable.from_layouts([Layout(tp=tp, sp=False, zero=0).resolved(tp)], tp, 28)
+    per_token = float(layer_activation_bytes(p, build_arch(spec), t, moe=False)[0]) / 1024
+    if tp == 1:
+        assert per_token == pytest.approx(241_800, rel=0.01)
+        assert per_token == 240_640
+    hf = make_problem(spec, "h100", tp, seq_len=1024, global_batch=1, stack="deepspeed",
+                      model_code="hf")
+    hf_token = float(layer_activation_bytes(hf, build_arch(spec), t, moe=False)[0]) / 1024
+    # over hf: +4h per norm (x 2, whole on every rank), K/V at the rank's 32/tp heads in place
+    # of its KV groups (2 groups, whole while tp <= 2), no pre-RoPE q and k copies
+    q, k, h = 4096 / tp, 256 / min(tp, 2), 4096
+    assert per_token - hf_token == pytest.approx(2 * 4 * h + 4 * (q - k) - 4 * q - 4 * k,
+                                                 rel=1e-12)
+
+
 def test_model_code_loss_bytes_on_the_last_stage():
     # the loss holds loss_bytes_per_vocab x V per token on top of the 4h + 4h of norm/output input
     m = load_model("llama3-8b")

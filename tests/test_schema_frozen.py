@@ -28,6 +28,7 @@ FROZEN = {
     "5": "851ee8be7b06abc2fd40fb5206084ef5726f67de356610665b87def867daabe0",
     "6": "5f6c95570feaca242e59a5e04ac0a724e4fa9e578323e2ed8e0ebe3c528828b3",
     "7": "72a95ac4dabbf4f95db2fb4a949dc561b4d6cf32c2245cfa03f55c2700543007",
+    "8": "d1d7f359f87a8fe435d6c732ffd71b9d21fef920d7b1b2fc4d82c40dd3cb9ec5",
 }
 """sha256 of each released golden (canonical JSON: sorted keys, no spaces)."""
 OUTPUTS = ("estimate", "plan", "capacity")

@@ -98,6 +98,8 @@ def layer_activation_bytes(problem: Problem, arch: Arch, t: LayoutTable, moe: bo
         + code.rope_extra * q_w + (code.glu_extra_f * glu_f if gated else 0.0)
     kv = arch.act_attn_kv + code.rope_extra * k_w
     stored = tokens * (rep / rep_div + shard / tp + kv / kv_div)
+    if code.kv_expand:  # K and V saved at every query head of the rank (`cost.model_code`)
+        stored = stored + tokens * code.kv_expand * np.maximum(q_w / tp - k_w / kv_div, 0.0)
     rec = recipe(problem.training.precision)
     quantised = low_precision and rec.low and problem.stack.low_precision_activations
     if moe:  # the routed experts' tensors, per rank (`cost.moe_memory`: expert TP, imbalance)

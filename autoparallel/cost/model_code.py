@@ -43,6 +43,19 @@ g d_h, f = FFN width, V = vocab):
   engine's output buffer until the backward, 2V) and `logits.float()` into ATorch's fork of
   Megatron's `_VocabParallelCrossEntropy`, which saves one fp32 softmax (4V; the fp32 copy is
   dropped when the loss returns): 6 per vocabulary entry.
+- **chatglm** (ChatGLM2/3's remote code `modeling_chatglm.py`, as FlagPerf @1b5a030 ships it in
+  `training/benchmarks/chatglm3_6b/deepspeed/chatglm3_6b_hf/`): `RMSNorm` computes
+  `x.float()`, multiplies it by the fp32 rsqrt and the weight and casts back, so autograd keeps the
+  fp32 input and the fp32 normalised tensor (4h + 4h) besides the output: +8h per norm against
+  the fused 2h input. The multi-query attention `expand`s K and V from their groups to every
+  query head and makes them contiguous before `scaled_dot_product_attention` (torch >= 2,
+  `is_causal`), which saves the expanded copies: 2 bytes each of K and V at the query width in
+  place of the group width, +4(q - k). Its rotary embedding (jit-scripted, half of each head)
+  saves no pre-RoPE copy (0). The MLP `dense_4h_to_h(swiglu(dense_h_to_4h(x)))` keeps the merged
+  4f output, the SiLU product's inputs and output: 8f, +2f. The loss upcasts the logits to fp32
+  (kept in the output), makes a shifted contiguous copy and saves the fp32 log-softmax: 12 per
+  entry, as hf. One GLMBlock of ChatGLM3-6B run on CPU through `saved_tensors_hooks` (bf16,
+  s = 1024) saved 241,800 bytes per token; these terms give 240,640 (tests/test_memory.py).
 - **fused**: none of the above (the ledger as is); vocab-parallel cross-entropy 4 per entry.
 """
 
@@ -68,6 +81,9 @@ class ModelCode:
     """Extra bytes per token per unit of f in a gated MLP."""
     loss_bytes_per_vocab: float
     """Bytes per token per vocabulary entry held at the loss (TP-sharded)."""
+    kv_expand: float = 0.0
+    """Extra bytes per token per unit of (query width - key width): K and V saved expanded to
+    every query head (2 bytes each) in place of their groups (`chatglm`)."""
 
 
 MODEL_CODES: dict[str, ModelCode] = {
@@ -82,6 +98,9 @@ MODEL_CODES: dict[str, ModelCode] = {
 """Coefficients of each model code (module docstring: where every number comes from)."""
 # ATorch 3D runs the hf layers as they are; only its loss differs (module docstring)
 MODEL_CODES["atorch"] = replace(MODEL_CODES["hf"], loss_bytes_per_vocab=6.0)
+# ChatGLM: the hf loss and gated MLP, its own norms, K/V expansion and rotary (module docstring)
+MODEL_CODES["chatglm"] = replace(MODEL_CODES["hf"], norm_extra_h=8.0, rope_extra=0.0,
+                                 kv_expand=4.0)
 
 
 COMPILED_LOSS_BYTES = 2.0
@@ -99,4 +118,5 @@ def model_code(name: str, compiled: bool = False) -> ModelCode:
     if not compiled:
         return code
     return ModelCode(norm_extra_h=0.0, rope_extra=0.0, glu_extra_f=0.0,
-                     loss_bytes_per_vocab=min(code.loss_bytes_per_vocab, COMPILED_LOSS_BYTES))
+                     loss_bytes_per_vocab=min(code.loss_bytes_per_vocab, COMPILED_LOSS_BYTES),
+                     kv_expand=code.kv_expand)  # SDPA still saves the expanded K and V

@@ -17,7 +17,7 @@ from ._base import Spec
 from .hardware import Profile
 from .precision import PrecisionName
 
-ModelCodeName = Literal["fused", "hf", "nanotron", "torchtitan", "paddlenlp", "atorch"]
+ModelCodeName = Literal["fused", "hf", "nanotron", "torchtitan", "paddlenlp", "atorch", "chatglm"]
 """Model code whose saved tensors the activation ledger follows (`cost.model_code`)."""
 
 AttentionKernel = Literal["flash", "cudnn", "eager"]
@@ -101,7 +101,8 @@ class StackSpec(Spec):
     model_code: ModelCodeName = "fused"
     """What the stack's model code saves beyond the fused-kernel ledger (`cost.model_code`):
     `fused`, `hf` (Hugging Face transformers modules), `nanotron`, `torchtitan`, `paddlenlp`,
-    `atorch` (ATorch 3D: Hugging Face layers with a vocab-parallel loss)."""
+    `atorch` (ATorch 3D: Hugging Face layers with a vocab-parallel loss), `chatglm` (ChatGLM's
+    remote code: fp32 norms, K and V expanded to every head)."""
     torch_compile: bool = False
     """Whether the stack's runs use torch.compile by default (`JobSpec.torch_compile`)."""
     autocast: bool = False

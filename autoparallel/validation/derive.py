@@ -247,7 +247,7 @@ def _eager_default(stack: str) -> bool:
 
 def _model_code(row) -> str | None:
     """The model code the framework names where it may differ from its stack's default: `atorch`
-    for ATorch's 3D pipeline, `fused` for Megatron-style layers, `hf` for LitGPT's GPT and Hugging Face transformers
+    for ATorch's 3D pipeline, `fused` for Megatron-style layers, `chatglm` for ChatGLM's remote code, `hf` for LitGPT's GPT and Hugging Face transformers
     classes (e.g. ATorch's FSDP on `LlamaForCausalLM`); None otherwise."""
     text = f"{row.get('framework') or ''}".lower()
     if "atorch" in text and "pipelineengine" in text:
@@ -256,6 +256,9 @@ def _model_code(row) -> str | None:
         return "atorch"
     if "megatron-style" in text:
         return "fused"  # Megatron-style TP layers with a vocab-parallel cross-entropy
+    if "chatglm" in text:
+        # ChatGLM's remote code (trust_remote_code): fp32 norms, K/V expanded to every head
+        return "chatglm"
     if "litgpt" in text:
         # LitGPT's own GPT: fp32 RMSNorm, unfused RoPE (x cos + rotated x sin), fc_1/fc_2/silu
         # kept apart: the hf accounting (litgpt/model.py)
