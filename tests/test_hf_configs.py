@@ -47,6 +47,7 @@ PUBLISHED = [
     ("phi-3-mini-4k", 3.8e9, None, "Phi-3 report, arXiv 2404.14219: phi-3-mini, 3.8B"),
     ("qwen3-235b-a22b", 235e9, 22e9, "Qwen3-235B-A22B model card: 235B in total, 22B activated"),
     ("mixtral-8x22b", 141e9, 39e9, "Mistral AI, 'Cheaper, Better, Faster, Stronger' (2024-04-17): 141B, 39B active"),
+    ("chatglm3-6b", 6.24e9, None, "Hub model page THUDM/chatglm3-6b: 6.24B params"),
 ]
 
 
@@ -283,3 +284,18 @@ def test_a_snapshot_folder_an_empty_name_and_a_capitalised_preset(tmp_path):
     with pytest.raises(SpecError, match="`model` is empty"):
         load_model("")
     assert load_model("Llama3-8B") == load_model("llama3-8b")
+
+
+def test_chatglm_reads_its_own_key_names():
+    """ChatGLM2/3 configs name their sizes their own way (`num_layers`, `ffn_hidden_size`,
+    `padded_vocab_size`, `kv_channels`, `multi_query_group_num`): ChatGLM3-6B is 28 layers of
+    4096 with 32 heads of 128 over 2 KV groups, a SwiGLU MLP of 13,696 and an untied 65,024
+    vocabulary (the fixture's values); a config without `multi_query_attention` has full heads."""
+    m = _load("chatglm3-6b")
+    assert (m.n_layers, m.hidden_size, m.n_heads, m.n_kv_heads, m.ffn_hidden_size,
+            m.vocab_size, m.head_dim) == (28, 4096, 32, 2, 13696, 65024, 128)
+    assert m.activation == "swiglu" and m.tied_embeddings is False
+    data = json.loads((HF / "chatglm3-6b.json").read_text())
+    data["multi_query_attention"] = False
+    from autoparallel.presets.hf import hf_config_to_model_dict
+    assert hf_config_to_model_dict(data, None, "test")["n_kv_heads"] == 32

@@ -1,8 +1,8 @@
 """Translate a Hugging Face `config.json` into `ModelSpec` keys.
 
 Covered as they are published: Llama 2/3/4, Mistral, Mixtral, Qwen2/2.5/3, Qwen2-MoE, Qwen3-MoE,
-DeepSeek-V2/V3, Gemma/Gemma-2, Phi-3, gpt-oss, and the text model of multimodal configs
-(`text_config`). Facts per family come from the transformers configuration classes and the model
+DeepSeek-V2/V3, Gemma/Gemma-2, Phi-3, gpt-oss, ChatGLM2/3 (its own key names: `CHATGLM_KEYS`),
+and the text model of multimodal configs (`text_config`). Facts per family come from the transformers configuration classes and the model
 cards cited in `tests/data/hf/README.md`:
 
 - gated MLP (three h x f matrices) by architecture, not by activation name: Gemma's
@@ -35,7 +35,7 @@ GATED_FAMILIES = frozenset({
     "llama", "llama4", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3",
     "qwen3_moe", "deepseek_v2", "deepseek_v3", "kimi_k2", "gemma", "gemma2", "gemma3", "gemma3_text", "phi3",
     "phimoe", "gpt_oss", "olmo", "olmo2", "olmoe", "granite", "granitemoe", "cohere", "internlm2",
-    "glm", "glm4", "exaone", "starcoder2_gated", "minicpm", "hunyuan", "ernie4_5",
+    "glm", "glm4", "chatglm", "exaone", "starcoder2_gated", "minicpm", "hunyuan", "ernie4_5",
 })
 """`model_type`s whose MLP is gated (SwiGLU/GeGLU: gate, up and down matrices)."""
 PLAIN_FAMILIES = frozenset({
@@ -63,6 +63,26 @@ _ALTERNATING = frozenset({"gemma2"})
 _MOE_COUNT_KEYS = ("num_local_experts", "n_routed_experts", "num_experts")
 _TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token")
 _GELU = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "gelu_accurate")
+
+
+CHATGLM_KEYS = {"num_layers": "num_hidden_layers", "ffn_hidden_size": "intermediate_size",
+                "padded_vocab_size": "vocab_size", "kv_channels": "head_dim"}
+"""ChatGLM2/3's `ChatGLMConfig` names (THUDM configuration_chatglm.py) -> the transformers names;
+its KV heads are `multi_query_group_num` where `multi_query_attention` is set, and its MLP is
+SwiGLU (`dense_h_to_4h` to 2f, `swiglu`, `dense_4h_to_h`)."""
+
+
+def _chatglm_keys(cfg: dict) -> dict:
+    """A ChatGLM config under the transformers names (others kept; a name both configs give is
+    the transformers one)."""
+    out = dict(cfg)
+    for theirs, ours in CHATGLM_KEYS.items():
+        if theirs in cfg and ours not in cfg:
+            out[ours] = cfg[theirs]
+    if cfg.get("multi_query_attention") and "num_key_value_heads" not in cfg:
+        out["num_key_value_heads"] = cfg.get("multi_query_group_num")
+    out.setdefault("hidden_act", "swiglu")
+    return out
 
 
 def is_hf_config(data: dict) -> bool:
@@ -233,6 +253,8 @@ def hf_config_to_model_dict(cfg: dict, default_name: str | None, source: str) ->
     key is left out and the loader names the model from `model_type` and its size.
     """
     cfg, left_out = text_model_config(cfg)
+    if str(cfg.get("model_type") or "").lower() == "chatglm":
+        cfg = _chatglm_keys(cfg)
     r = _Reader(cfg, source)
     fix_missing = "is this the config.json of a decoder-only language model?"
     n_layers = r.count("num_hidden_layers", required=True, fix=fix_missing)
