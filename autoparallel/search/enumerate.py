@@ -154,11 +154,11 @@ def enumerate_valid(problem: Problem, space: SearchSpace | None = None,
     counts = {r.name: 0 for r in RULES}
     total = [0]
 
-    def count(flags: np.ndarray, weight: np.ndarray | int) -> None:
-        weight = np.broadcast_to(np.asarray(weight, dtype=np.int64), flags.shape)
-        total[0] += int(weight[flags != 0].sum())
+    def count(flags: np.ndarray, weight: int) -> None:
+        # each row stands for `weight` layouts (the ZeRO x recompute choices not yet crossed in)
+        total[0] += weight * int(np.count_nonzero(flags))
         for r in RULES:
-            counts[r.name] += int(weight[(flags & int(r.flag)) != 0].sum())
+            counts[r.name] += weight * int(np.count_nonzero(flags & int(r.flag)))
 
     def prune(cols: dict, times: int) -> dict:
         # the limit is on the rows built: the ones that pass every rule, crossed with the ZeRO
