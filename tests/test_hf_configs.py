@@ -299,3 +299,14 @@ def test_chatglm_reads_its_own_key_names():
     data["multi_query_attention"] = False
     from autoparallel.presets.hf import hf_config_to_model_dict
     assert hf_config_to_model_dict(data, None, "test")["n_kv_heads"] == 32
+
+
+def test_a_bad_chatglm_size_is_named_as_the_file_names_it(tmp_path):
+    data = json.loads((HF / "chatglm3-6b.json").read_text())
+    data["num_layers"] = "28"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    r = run_cli("estimate", "--model", str(path), "--gpu", "h100", "--gpus", "8", "--seq-len",
+                "4096", "--global-batch", "8")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "`num_layers` = '28'" in r.stderr and "must be an integer" in r.stderr

@@ -506,3 +506,16 @@ def test_refusals_name_a_search_space_file_key_as_the_file_gave_it(tmp_path):
             plan(p, sp, top=1)
         assert says in str(err.value), str(err.value)
     assert tp3.given("pp") == "--pp" and tp3.narrowed(pp=[2, 4]).given("pp") == "--pp 2,4"
+
+
+def test_crossing_several_axes_at_once_is_the_cartesian_product_in_order():
+    """`_cross_all` builds the ZeRO x recompute cross in one step: every base row with every
+    combination, the last axis fastest, as itertools.product orders them."""
+    from autoparallel.search.enumerate import _cross_all
+
+    base = {"a": np.array([3, 1, 4]), "b": np.array([10, 20, 30])}
+    axes = [("z", [0, 1, 2, 3]), ("r", [5, 6, 7]), ("q", [8, 9])]
+    got = _cross_all(base, axes)
+    want = [(a, b, z, r, q) for (a, b), z, r, q in
+            itertools.product(zip(base["a"], base["b"]), *(v for _, v in axes))]
+    assert list(zip(*(got[k].tolist() for k in ("a", "b", "z", "r", "q")))) == want

@@ -422,12 +422,12 @@ def test_dropout_from_the_row(name, notes, want):
 
 @pytest.mark.parametrize("name, shape, activation, params", [
     # The model cards' parameter counts, independent of the code: ChatGLM3-6B 6,243,584,000
-    # (THUDM/chatglm3-6b, GLU MLP of 13,696, 2 KV groups), Baichuan2-13B 13,896,668,160
-    # (baichuan-inc/Baichuan2-13B-Base, SwiGLU; arXiv 2309.10305), Phi-3-mini 3.8 B (arXiv 2404.14219: gated SiLU MLP), phi-2
+    # (THUDM/chatglm3-6b, GLU MLP of 13,696, 2 KV groups), Baichuan2-13B about 13.9 B
+    # (its report, arXiv 2309.10305, names it 13B; SwiGLU: a GeLU reading gives 11.1 B), Phi-3-mini 3.8 B (arXiv 2404.14219: gated SiLU MLP), phi-2
     # 2.7 B (GeLU MLP). A row that states no parameter count must not fall back to GeLU for
     # a gated family (the fallback cost ChatGLM3 a quarter of its weights).
     ("ChatGLM3-6B", (28, 4096, 32, 2, 13696, 65024), "swiglu", 6.2436e9),
-    ("Baichuan2-13B-Base (HF)", (40, 5120, 40, 40, 13696, 125696), "swiglu", 13.897e9),
+    ("Baichuan2-13B-Base (HF)", (40, 5120, 40, 40, 13696, 125696), "swiglu", 13.9e9),
     ("Phi-3-mini-4k-instruct", (32, 3072, 32, 32, 8192, 32064), "swiglu", 3.82e9),
     ("phi-2", (32, 2560, 32, 32, 10240, 51200), "gelu", 2.78e9),
 ])

@@ -69,7 +69,7 @@ CHATGLM_KEYS = {"num_layers": "num_hidden_layers", "ffn_hidden_size": "intermedi
                 "padded_vocab_size": "vocab_size", "kv_channels": "head_dim"}
 """ChatGLM2/3's `ChatGLMConfig` names (THUDM configuration_chatglm.py) -> the transformers names;
 its KV heads are `multi_query_group_num` where `multi_query_attention` is set, and its MLP is
-SwiGLU (`dense_h_to_4h` to 2f, `swiglu`, `dense_4h_to_h`)."""
+SwiGLU (`dense_h_to_4h` to 2f, `swiglu`, `dense_4h_to_h`: `chatglm` is in `GATED_FAMILIES`)."""
 
 
 def _chatglm_keys(cfg: dict) -> dict:
@@ -80,8 +80,8 @@ def _chatglm_keys(cfg: dict) -> dict:
         if theirs in cfg and ours not in cfg:
             out[ours] = cfg[theirs]
     if cfg.get("multi_query_attention") and "num_key_value_heads" not in cfg:
-        out["num_key_value_heads"] = cfg.get("multi_query_group_num")
-    out.setdefault("hidden_act", "swiglu")
+        # ChatGLMConfig's default group count is 1 (configuration_chatglm.py)
+        out["num_key_value_heads"] = cfg.get("multi_query_group_num", 1)
     return out
 
 
@@ -93,19 +93,21 @@ def is_hf_config(data: dict) -> bool:
 class _Reader:
     """Typed access to the keys of one config, with errors that name the key and the file."""
 
-    def __init__(self, cfg: dict, source: str):
+    def __init__(self, cfg: dict, source: str, names: dict[str, str] | None = None):
         self.cfg, self.source = cfg, source
+        self.names = names or {}  # the file's own name of a key read under another (ChatGLM)
 
     def fail(self, key: str, value, why: str, fix: str) -> SpecError:
-        return SpecError(f"model ({self.source}): `{key}` = {value!r} in the Hugging Face config: "
-                         f"{why}; {fix}")
+        return SpecError(f"model ({self.source}): `{self.names.get(key, key)}` = {value!r} in the "
+                         f"Hugging Face config: {why}; {fix}")
 
     def count(self, key: str, *, required: bool = False, zero_ok: bool = False,
               fix: str = "give the value of the published config") -> int | None:
         """A positive (or, with `zero_ok`, non-negative) integer; None when absent or null."""
         if key not in self.cfg or self.cfg[key] is None:
             if required:
-                raise SpecError(f"model ({self.source}): the Hugging Face config lacks `{key}`; {fix}")
+                raise SpecError(f"model ({self.source}): the Hugging Face config lacks "
+                                f"`{self.names.get(key, key)}`; {fix}")
             return None
         v = self.cfg[key]
         if isinstance(v, bool) or not isinstance(v, int):
@@ -253,9 +255,12 @@ def hf_config_to_model_dict(cfg: dict, default_name: str | None, source: str) ->
     key is left out and the loader names the model from `model_type` and its size.
     """
     cfg, left_out = text_model_config(cfg)
+    names = None
     if str(cfg.get("model_type") or "").lower() == "chatglm":
         cfg = _chatglm_keys(cfg)
-    r = _Reader(cfg, source)
+        names = {ours: theirs for theirs, ours in CHATGLM_KEYS.items()} \
+            | {"num_key_value_heads": "multi_query_group_num"}
+    r = _Reader(cfg, source, names)
     fix_missing = "is this the config.json of a decoder-only language model?"
     n_layers = r.count("num_hidden_layers", required=True, fix=fix_missing)
     hidden = r.count("hidden_size", required=True, fix=fix_missing)
