@@ -126,3 +126,65 @@ def test_gradient_sync_collectives_read_only_their_columns(args):
         for ca, cb in zip(a[name], b[name]):
             for k in ca:
                 assert np.array_equal(ca[k], cb[k]), (name, k)
+
+
+# ---- the memory ledger: rows equal but for the CP form are costed once (`cost.memory`)
+
+CP_PROBLEMS = [p for p in PROBLEMS if p[0] != "mixtral-8x7b"] + [
+    ("llama3-8b", "h100", 64, 8192, 256, {"cp_comm": ["ring", "a2a", "a2a+ring"]}),
+    ("mixtral-8x7b", "h100", 64, 16384, 64, {"cp": [4, 8]}),   # MoE with CP forms
+]
+
+
+@pytest.mark.parametrize("args", CP_PROBLEMS, ids=lambda a: f"{a[0]}-{a[2]}-{len(a[5])}")
+def test_stage_memory_does_not_read_the_cp_form(args):
+    # every CP form column changed (to values the rows do not hold): the same items
+    from autoparallel.cost import memory as memory_mod
+    problem, t = _table(args)
+    t = t.take(np.arange(0, len(t), max(1, len(t) // 4000)))
+    arch = build_arch(problem.model)
+    other = LayoutTable(dict(t.columns) | {"cc": (t["cc"] + 1) % 4, "cu": t["cu"] + 3},
+                        t.n_layers)
+    acts = lambda tab: None if arch.hybrid else memory_mod.layer_activations(problem, arch, tab)
+    for name, st in memory_mod.stages(arch, t, problem.training.global_batch).items():
+        a = memory_mod.stage_memory(problem, arch, t, st, acts(t))
+        b = memory_mod.stage_memory(problem, arch, other, st, acts(other))
+        for k in a:
+            assert np.array_equal(np.broadcast_to(a[k], len(t)), np.broadcast_to(b[k], len(t))), (name, k)
+    assert set(memory_mod.CP_FORM_COLUMNS) | set(memory_mod.MEMORY_BASE_COLUMNS) == set(COLUMNS)
+
+
+@pytest.mark.parametrize("args", CP_PROBLEMS, ids=lambda a: f"{a[0]}-{a[2]}-{len(a[5])}")
+def test_the_memory_ledger_is_the_same_as_costing_every_row(args, monkeypatch):
+    from autoparallel.cost import memory as memory_mod
+    problem, t = _table(args)
+    arch = build_arch(problem.model)
+    # the enumerator crosses each cp > 1 row with the forms: those rows repeat
+    assert dr.distinct_rows(t, memory_mod.MEMORY_BASE_COLUMNS) is not None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        grouped = memory_mod.memory_ledger(problem, arch, t)
+        monkeypatch.setattr(memory_mod, "distinct_rows", lambda *a: None)
+        every = memory_mod.memory_ledger(problem, arch, t)
+    assert set(grouped) == set(every)
+    for k in every:
+        assert np.array_equal(grouped[k], every[k]), k
+
+
+def test_rows_of_another_cp_form_differ_by_their_buffers_alone():
+    # one layout under ring and a2a: every item equal but the overhead, which differs by the
+    # forms' buffers (cost.context.cp_buffer_bytes), on every stage
+    from autoparallel.cost import memory as memory_mod
+    from autoparallel.cost.context import cp_buffer_bytes
+    from autoparallel.specs.layout import Layout
+    problem = make_problem("llama3-8b", "h100", 64, 32768, 64)
+    arch = build_arch(problem.model)
+    lays = [Layout(tp=2, pp=2, cp=4, cp_comm=f).resolved(64) for f in ("ring", "a2a")]
+    t = LayoutTable.from_layouts(lays, 64, problem.model.n_layers)
+    mem = memory_mod.memory_ledger(problem, arch, t)
+    kv = cp_buffer_bytes(problem, arch, t)
+    assert kv[0] != kv[1]
+    for stage in ("first", "middle", "last"):
+        for k in ("params", "grads", "optimizer", "activations", "embedding_logits"):
+            assert mem[f"{stage}.{k}"][0] == mem[f"{stage}.{k}"][1]
+        d = mem[f"{stage}.overhead"] - kv
+        assert d[0] == pytest.approx(d[1], rel=1e-12)

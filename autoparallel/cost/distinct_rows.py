@@ -5,7 +5,9 @@ The stage times (`cost.time.stage_times`: compute, recompute, TP, CP, EP and hos
 micro-batch), and with them the whole time ledger but the gradient sync and the optimizer step
 (`cost.time.time_ledger`), do not read the ZeRO stage or the optimizer offload, which the
 enumerator crosses every other axis with (`search.enumerate`: zero in 0..3), so most tables hold
-each stage-time row several times. Exact: rows are grouped by their columns packed into one 64-bit key (each
+each stage-time row several times. The memory ledger (`cost.memory.memory_ledger`) likewise
+reads the context-parallel form (`cc`, `cu`) only through the form's buffers, and the enumerator
+crosses every cp > 1 row with the forms and all-to-all group sizes it searches. Exact: rows are grouped by their columns packed into one 64-bit key (each
 column in as many bits as its range needs), or, where they need more bits, by a hash whose
 grouping is then checked column by column; a collision (or too few repeats to pay) gives None
 and the caller costs every row.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..layouts import LayoutTable, edp
+from ..layouts import COLUMNS, LayoutTable, edp
 from ..specs.precision import recipe
 from ..specs.problem import Problem
 from ..units import GiB
@@ -21,6 +21,7 @@ from .arch import Arch
 from .context import cp_buffer_bytes
 from .model_code import model_code
 from .device_memory import outside_allocator_bytes, reserved_bytes, workspace_bytes
+from .distinct_rows import distinct_rows
 from .moe_memory import dispatch_buffer_bytes, routed_activation_bytes
 from .offload import (keeps_scores, module_offload_bytes, module_offload_in_transfer,
                       offloaded_layers, selective_saved, uniform_groups)
@@ -158,12 +159,10 @@ def op_sac_bytes(arch: Arch, t: LayoutTable, tokens: np.ndarray, moe: bool,
 def layer_activations(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.ndarray]:
     """Per-layer activation bytes of one micro-batch, the same on every stage
     (`layer_activation_bytes`): `dense` and `moe` layers under the row's recompute, and
-    `dense_kept` / `moe_kept` without recompute; `kv_buffers` the CP form's buffers
-    (`cost.context.cp_buffer_bytes`); `one_micro_batch` whether a step has a single
+    `dense_kept` / `moe_kept` without recompute; `one_micro_batch` whether a step has a single
     micro-batch."""
     none = np.zeros_like(t["rc"])
     return {"one_micro_batch": micro_batches(problem.training.global_batch, t) <= 1,
-            "kv_buffers": cp_buffer_bytes(problem, arch, t),
             "dense": layer_activation_bytes(problem, arch, t, moe=False),
             "moe": layer_activation_bytes(problem, arch, t, moe=True),
             "dense_kept": layer_activation_bytes(problem, arch, t, moe=False, recompute=none),
@@ -172,11 +171,15 @@ def layer_activations(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str,
 
 def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage,
                  acts: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-    """Ledger items (bytes) for one GPU of one stage (`MEMORY_ITEMS`), plus `side_grads`: the
-    gradient shard held in a communication stream's allocator pool (reserved throughout;
-    `StackSpec.grads_side_stream`) and `side_at_peak`: the part of the `grads` item, at the
-    allocated peak, that lies in that pool rather than the compute stream's. `acts`: the rows'
-    `layer_activations`, when the caller has them (`memory_ledger` costs them once per row)."""
+    """Ledger items (bytes) for one GPU of one stage (`MEMORY_ITEMS`) but the context-parallel
+    form's buffers, which `with_cp_buffers` adds to `overhead`; plus `side_grads`: the gradient
+    shard held in a communication stream's allocator pool (reserved throughout;
+    `StackSpec.grads_side_stream`), `side_at_peak`: the part of the `grads` item, at the
+    allocated peak, that lies in that pool rather than the compute stream's, and `step_gap`:
+    how far the optimizer step's peak exceeds the backward's (-inf where the step adds none).
+    Nothing here reads the CP form (`cc`, `cu`): rows that differ only in it are costed once
+    (`memory_ledger`). `acts`: the rows' `layer_activations`, when the caller has them
+    (`memory_ledger` costs them once per row)."""
     tr = problem.training
     tp, cp, dp = (t[k].astype(np.float64) for k in ("tp", "cp", "dp"))
     zero = t["zero"]
@@ -268,9 +271,6 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage,
     working = np.where(recomputing & (np.asarray(st.recomputed) > 0), a_none, 0.0)
     if np.any(t["rn"] < -1):  # a uniform group re-materialises N layers at once
         working = working * np.where(t["rc"] == 2, group, 1.0)
-    # CP: the buffers of the layout's form during a layer's attention (ring receive buffers,
-    # the all-to-all copies, the gathered K, V; `cost.context.cp_buffer_bytes`)
-    kv_buffers = acts["kv_buffers"] if acts is not None else cp_buffer_bytes(problem, arch, t)
     # torch.autocast over fp32 weights caches the 16-bit cast of every weight it meets until the
     # forward ends (torch.autocast `cache_enabled=True`, PyTorch docs; autocast_mode.cpp caches
     # casts of leaf tensors that require grad): a whole 16-bit copy of the stage's weights, also
@@ -280,7 +280,8 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage,
     # profile sets (`Profile.memory_overhead_gib`, 0 by default)
     fixed = workspace_bytes(problem.cluster.gpu.generation, problem.stack.transformer_engine,
                             arch.n_moe_layers > 0) + problem.profile.memory_overhead_gib * GiB
-    overhead = fixed + gathered + working + kv_buffers + cast_cache
+    # the CP form's buffers join the overhead in `with_cp_buffers`
+    overhead = fixed + gathered + working + cast_cache
     one = acts["one_micro_batch"] if acts is not None else micro_batches(tr.global_batch, t) <= 1
     unsharded = np.zeros(len(t), dtype=bool)
     if problem.stack.unsharded_accumulation:
@@ -299,15 +300,16 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage,
         # larger of the two, not their sum; with accumulation they persist across micro-batches.
         transient = activations + embed + logits + working + cast_cache
         grads = np.where(one, np.maximum(grads - transient, 0.0), grads)
+    step_gap = -np.inf
     if problem.stack.optimizer_foreach:
         # The optimizer step runs after the backward, every gradient held and no activation: a
         # foreach AdamW adds one moment-sized temporary (4 bytes fp32, 2 bf16) per local
         # parameter (`StackSpec.optimizer_foreach`); where that peak exceeds the backward's, the
-        # excess is overhead (allocated = the larger of the two peaks).
+        # excess is overhead (allocated = the larger of the two peaks; `with_cp_buffers`).
         moment = 4.0 if tr.optimizer_dtype == "fp32" else 2.0
         backward_peak = grads + activations + embed + logits + overhead
         step_peak = grads_full + sharded(moment, 1) + fixed
-        overhead = overhead + np.maximum(step_peak - backward_peak, 0.0)
+        step_gap = step_peak - backward_peak
 
     items = {
         "params": params,
@@ -316,6 +318,7 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage,
         "activations": activations,
         "embedding_logits": embed + logits,
         "overhead": overhead,
+        "step_gap": step_gap,
     }
     # gradients on a communication stream's pool (`StackSpec.grads_side_stream`): sharded ones
     # (ZeRO-2/3, reduce-scattered), the whole shard in the reduction dtype, reserved throughout
@@ -326,13 +329,30 @@ def stage_memory(problem: Problem, arch: Arch, t: LayoutTable, st: Stage,
         # keeps them on the compute stream)
         items["side_at_peak"] = np.where(side & ~unsharded, grads, 0.0)
     else:
-        items["side_grads"], items["side_at_peak"] = np.zeros(len(t)), np.zeros(len(t))
+        items["side_grads"], items["side_at_peak"] = 0.0, 0.0  # arrays in `memory_ledger`
     return items
 
 
 STAGE_FIGURES = ("allocated", "reserved", "device")
 """Per-stage figures as users read them: `torch.cuda.max_memory_allocated`,
 `max_memory_reserved`, `nvidia-smi` (`cost.device_memory`)."""
+
+
+def with_cp_buffers(items: dict[str, np.ndarray], kv_buffers: np.ndarray) -> dict[str, np.ndarray]:
+    """`stage_memory`'s items with the CP form's buffers in `overhead` (`step_gap` dropped): a
+    layer's attention holds them at the backward's peak (`cost.context.cp_buffer_bytes`: ring
+    receive buffers, the all-to-all copies, the gathered K, V), so the overhead is the step's
+    excess or the buffers, whichever is larger: overhead + kv + max(gap - kv, 0)."""
+    out = {k: v for k, v in items.items() if k != "step_gap"}
+    out["overhead"] = items["overhead"] + np.maximum(items["step_gap"], kv_buffers)
+    return out
+
+
+CP_FORM_COLUMNS = ("cc", "cu")
+"""The columns `stage_memory` does not read: the CP form reaches the memory only through its
+buffers (`with_cp_buffers`; tests/test_distinct_rows.py checks it)."""
+MEMORY_BASE_COLUMNS = tuple(c for c in COLUMNS if c not in CP_FORM_COLUMNS)
+"""The columns the memory ledger reads but for the CP form's buffers."""
 
 
 def memory_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.ndarray]:
@@ -345,16 +365,34 @@ def memory_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.
     communication stream's free cached gradient blocks, which the allocator releases before it
     fails) against the capacity less what lies outside the caching allocator (CUDA context and
     NCCL memory: `cost.device_memory`); with an explicit `usable_fraction`, the allocated peak
-    against capacity x usable_fraction (the seed's rule)."""
-    sts = stages(arch, t, problem.training.global_batch)
+    against capacity x usable_fraction (the seed's rule).
+
+    Rows equal but for the CP form (a plan crosses every cp > 1 row with the forms and group
+    sizes it searches) share everything but the form's buffers: `stage_memory` runs once per
+    distinct row (`cost.distinct_rows`) and the buffers are added per row, the same numbers as
+    costing every row."""
+    found = distinct_rows(t, MEMORY_BASE_COLUMNS) if np.any(t["cp"] > 1) else None
+    base, inverse = (t, None) if found is None else (t.take(found[0]), found[1])
+    n_base = len(base)
+
+    def spread(v):  # a distinct row's value to each of its rows (a scalar stays one)
+        return v if inverse is None or np.ndim(v) == 0 else np.broadcast_to(v, n_base)[inverse]
+
+    sts = stages(arch, base, problem.training.global_batch)
     # outside PyTorch's allocator: CUDA context, NCCL, and DeepEP's own buffers (`cost.moe_memory`)
-    outside = outside_allocator_bytes(t, tied_embeddings=arch.tied,
-                                      world_group=problem.stack.world_group) \
-        + dispatch_buffer_bytes(problem, arch, t)
-    acts = None if arch.hybrid is not None else layer_activations(problem, arch, t)
-    per_stage = [stage_memory(problem, arch, t, sts[name], acts) for name in STAGES]
+    outside = spread(outside_allocator_bytes(base, tied_embeddings=arch.tied,
+                                             world_group=problem.stack.world_group)
+                     + dispatch_buffer_bytes(problem, arch, base))
+    acts = None if arch.hybrid is not None else layer_activations(problem, arch, base)
+    kv_buffers = cp_buffer_bytes(problem, arch, t)
+    per_stage = [with_cp_buffers({k: spread(v) for k, v in
+                                  stage_memory(problem, arch, base, sts[name], acts).items()},
+                                 kv_buffers) for name in STAGES]
     out: dict[str, np.ndarray] = {}
     for name, items in zip(STAGES, per_stage):
+        for k in ("side_grads", "side_at_peak"):  # 0 where the stack has no side stream
+            if np.ndim(items[k]) == 0:
+                items[k] = np.full(len(t), float(items[k]))
         allocated = sum(items[k] for k in MEMORY_ITEMS)
         items["allocated"] = allocated
         # side-stream gradients: their pool replaces the grads the allocated peak holds
