@@ -356,6 +356,24 @@ def test_foreach_optimizer_step_peak():
     assert meg["activations"] == pytest.approx(32 * 34 * 128 * 4096 / GiB, rel=1e-9)
 
 
+def test_cp_buffers_do_not_add_to_the_optimizer_steps_peak():
+    # the CP form's K, V buffers live during a layer's attention, not during the optimizer step:
+    # where the foreach step's peak dominates (fsdp stack, seq 256), cp 2 leaves the allocated
+    # peak as it is, 20 bytes per parameter + the workspace, although its ring buffers
+    # (4 x 128 tokens x 4,096 bytes of K, V) are not 0 (cost.memory.with_cp_buffers)
+    from autoparallel.cost.context import cp_buffer_bytes
+    from autoparallel.layouts import LayoutTable
+    m = load_model("llama3-8b")
+    p = make_problem(m, "h200", 8, seq_len=256, global_batch=8, stack="fsdp")
+    one, two = (estimate(p, lay)["memory_gib"] for lay in (Layout(dp=8, zero=0),
+                                                         Layout(dp=4, cp=2, zero=0)))
+    n = build_arch(m).n_params
+    assert one["total"] == pytest.approx(20 * n / GiB + 1 / 32, rel=1e-3)
+    assert two["total"] == pytest.approx(one["total"], rel=1e-12)
+    t = LayoutTable.from_layouts([Layout(dp=4, cp=2, zero=0).resolved(8)], 8, m.n_layers)
+    assert cp_buffer_bytes(p, build_arch(m), t)[0] == 4 * 128 * 2 * 2 * 8 * 128
+
+
 def test_torch_compile_removes_model_code_extras_and_fp32_logits():
     # cost/model_code.py: Inductor fuses and recomputes the pointwise chains (no extras) and the
     # compiled loss keeps the bf16 logits only (2 bytes per entry against torchtitan's 6)
