@@ -188,3 +188,52 @@ def test_rows_of_another_cp_form_differ_by_their_buffers_alone():
             assert mem[f"{stage}.{k}"][0] == mem[f"{stage}.{k}"][1]
         d = mem[f"{stage}.overhead"] - kv
         assert d[0] == pytest.approx(d[1], rel=1e-12)
+
+
+# ---- the CP form's collectives and buffers: once per distinct (tp, cp, form, group, mb)
+
+@pytest.mark.parametrize("args", CP_PROBLEMS, ids=lambda a: f"{a[0]}-{a[2]}-{len(a[5])}")
+def test_cp_form_costs_read_only_their_columns(args):
+    # every column outside CP_FORM_INPUTS shuffled: the same seconds and bytes
+    from autoparallel.cost import context
+    problem, t = _table(args)
+    t = t.take(np.arange(0, len(t), max(1, len(t) // 4000)))
+    arch = build_arch(problem.model)
+    rng = np.random.default_rng(7)
+    other = LayoutTable({k: (t[k] if k in context.CP_FORM_INPUTS else rng.permutation(t[k]))
+                         for k in COLUMNS}, t.n_layers)
+    assert np.any(t["cp"] > 1)
+    for f in (context._cp_collectives, context._cp_buffer_bytes):
+        a, b = f(problem, arch, t), f(problem, arch, other)
+        for k in (a if isinstance(a, dict) else {"": None}):
+            x, y = (a, b) if k == "" else (a[k], b[k])
+            assert np.array_equal(x, y), (f.__name__, k)
+
+
+@pytest.mark.parametrize("args", CP_PROBLEMS, ids=lambda a: f"{a[0]}-{a[2]}-{len(a[5])}")
+def test_cp_form_costs_grouped_are_every_rows(args):
+    from autoparallel.cost import context
+    problem, t = _table(args)
+    arch = build_arch(problem.model)
+    assert dr.distinct_rows(t, context.CP_FORM_INPUTS) is not None
+    grouped = context.cp_collectives(problem, arch, t)
+    every = context._cp_collectives(problem, arch, t)
+    assert set(grouped) == set(every)
+    for k in every:
+        assert np.array_equal(grouped[k], every[k]), k
+    assert np.array_equal(context.cp_buffer_bytes(problem, arch, t),
+                          context._cp_buffer_bytes(problem, arch, t))
+
+
+def test_on_distinct_spreads_arrays_and_dicts():
+    t = _tiny(tp=[1, 2, 1, 2, 4], cp=[2, 2, 2, 2, 1], zero=[0, 1, 2, 3, 0])
+    calls = []
+
+    def cost(tab):
+        calls.append(len(tab))
+        return {"x": tab["tp"] * 10 + tab["cp"], "y": 0.5}
+
+    got = dr.on_distinct(t, ("tp", "cp"), cost)
+    assert calls == [3]  # (1, 2), (2, 2), (4, 1)
+    assert got["x"].tolist() == [12, 22, 12, 22, 41] and got["y"].tolist() == [0.5] * 5
+    assert dr.on_distinct(t, ("tp", "cp"), lambda tab: tab["tp"] * 1.0).tolist() == [1, 2, 1, 2, 4]

@@ -50,6 +50,7 @@ from ..specs.problem import Problem
 from .arch import Arch
 from .comm import Collective, collective_time
 from .compute import ATTN_BWD
+from .distinct_rows import on_distinct
 from .network import sizes as tier_sizes
 from .overlap import hidden_cost as _hidden_cost
 
@@ -100,13 +101,23 @@ def _per_token(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nda
             "o": 2.0 * arch.n_heads * arch.v_head_dim / tp, "kv_a2a": kv_a2a}
 
 
+CP_FORM_INPUTS = ("tp", "cp", "cc", "cu", "mb")
+"""The columns the CP form's collectives and buffers read (`cp_collectives`,
+`cp_buffer_bytes`): a table repeats each combination over every other axis, so they are priced
+once per distinct one (`cost.distinct_rows.on_distinct`; tests/test_distinct_rows.py)."""
+
+
 def cp_collectives(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.ndarray]:
     """Per row, the collective seconds of its CP form for one layer and micro-batch: `ring_step`
     (one hop of the rank's K, V), `a2a` (the four all-to-alls of one pass), `ag` and `rs` (the
     K, V all-gather and the dK, dV reduce-scatter), 0 where the form does not use them or
     cp = 1; `r` and `u` the ring and all-to-all sizes. Priced on the rows with cp > 1 only (a
-    row with cp = 1 exchanges nothing) and once per table: `cp_layer_time` combines them with
-    each layer kind's attention time."""
+    row with cp = 1 exchanges nothing), once per distinct `CP_FORM_INPUTS` and once per table:
+    `cp_layer_time` combines them with each layer kind's attention time."""
+    return on_distinct(t, CP_FORM_INPUTS, lambda d: _cp_collectives(problem, arch, d))
+
+
+def _cp_collectives(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.ndarray]:
     n = len(t)
     out = {k: np.zeros(n) for k in ("ring_step", "a2a", "ag", "rs")}
     out["r"], out["u"] = np.ones(n), np.ones(n)
@@ -193,7 +204,11 @@ def cp_buffer_bytes(problem: Problem, arch: Arch, t: LayoutTable) -> np.ndarray:
     """Transient bytes the form holds on one GPU during a layer's attention (overhead item):
     ring max(r, 4) x the rank's K, V; a2a twice its Q, K, V; allgather 2c x its K, V;
     a2a+ring the ring's and the a2a's (module docstring); 0 where cp = 1 (costed on the rows
-    with cp > 1 only)."""
+    with cp > 1 only, once per distinct `CP_FORM_INPUTS`)."""
+    return on_distinct(t, CP_FORM_INPUTS, lambda d: _cp_buffer_bytes(problem, arch, d))
+
+
+def _cp_buffer_bytes(problem: Problem, arch: Arch, t: LayoutTable) -> np.ndarray:
     out = np.zeros(len(t))
     rows = np.flatnonzero(t["cp"] > 1)
     if len(rows) == 0:

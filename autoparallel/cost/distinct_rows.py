@@ -77,3 +77,18 @@ def distinct_rows(t: LayoutTable, columns=STAGE_TIME_COLUMNS) -> tuple[np.ndarra
             if not np.array_equal(t[c][first][inverse], t[c]):
                 return None  # a hash collision: cost every row
     return first, inverse
+
+
+def on_distinct(t: LayoutTable, columns, cost):
+    """`cost(t)` (an array, or a dict of arrays, one value per row) for a `cost` that reads only
+    `columns` of the table: computed once per distinct row of those columns and copied to the
+    others, the same numbers (every row of a group is the same input); every row where the
+    rows barely repeat (`distinct_rows` None)."""
+    found = distinct_rows(t, columns)
+    if found is None:
+        return cost(t)
+    first, inverse = found
+    got = cost(t.take(first))
+    if isinstance(got, dict):
+        return {k: np.broadcast_to(v, len(first))[inverse] for k, v in got.items()}
+    return np.broadcast_to(got, len(first))[inverse]
