@@ -203,7 +203,8 @@ def test_cp_form_costs_read_only_their_columns(args):
     other = LayoutTable({k: (t[k] if k in context.CP_FORM_INPUTS else rng.permutation(t[k]))
                          for k in COLUMNS}, t.n_layers)
     assert np.any(t["cp"] > 1)
-    for f in (context._cp_collectives, context._cp_buffer_bytes):
+    from autoparallel.search import dominated
+    for f in (context._cp_collectives, context._cp_buffer_bytes, dominated._cp_split_costs):
         a, b = f(problem, arch, t), f(problem, arch, other)
         for k in (a if isinstance(a, dict) else {"": None}):
             x, y = (a, b) if k == "" else (a[k], b[k])
@@ -223,6 +224,9 @@ def test_cp_form_costs_grouped_are_every_rows(args):
         assert np.array_equal(grouped[k], every[k]), k
     assert np.array_equal(context.cp_buffer_bytes(problem, arch, t),
                           context._cp_buffer_bytes(problem, arch, t))
+    from autoparallel.search import dominated
+    assert np.array_equal(dominated.cp_split_costs(problem, arch, t),
+                          dominated._cp_split_costs(problem, arch, t))
 
 
 def test_on_distinct_spreads_arrays_and_dicts():
@@ -237,3 +241,5 @@ def test_on_distinct_spreads_arrays_and_dicts():
     assert calls == [3]  # (1, 2), (2, 2), (4, 1)
     assert got["x"].tolist() == [12, 22, 12, 22, 41] and got["y"].tolist() == [0.5] * 5
     assert dr.on_distinct(t, ("tp", "cp"), lambda tab: tab["tp"] * 1.0).tolist() == [1, 2, 1, 2, 4]
+    two = dr.on_distinct(t, ("tp", "cp"), lambda tab: np.stack([tab["tp"], tab["cp"]]))
+    assert two.tolist() == [[1, 2, 1, 2, 4], [2, 2, 2, 2, 1]]

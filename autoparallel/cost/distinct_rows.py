@@ -80,15 +80,18 @@ def distinct_rows(t: LayoutTable, columns=STAGE_TIME_COLUMNS) -> tuple[np.ndarra
 
 
 def on_distinct(t: LayoutTable, columns, cost):
-    """`cost(t)` (an array, or a dict of arrays, one value per row) for a `cost` that reads only
-    `columns` of the table: computed once per distinct row of those columns and copied to the
-    others, the same numbers (every row of a group is the same input); every row where the
-    rows barely repeat (`distinct_rows` None)."""
+    """`cost(t)` (an array whose last axis is the rows, or a dict of them; a scalar stands for
+    every row) for a `cost` that reads only `columns` of the table: computed once per distinct
+    row of those columns and copied to the others, the same numbers (every row of a group is the
+    same input); every row where the rows barely repeat (`distinct_rows` None)."""
     found = distinct_rows(t, columns)
     if found is None:
         return cost(t)
     first, inverse = found
+
+    def spread(v):
+        v = np.asarray(v)
+        return np.broadcast_to(v, len(first))[inverse] if v.ndim == 0 else v[..., inverse]
+
     got = cost(t.take(first))
-    if isinstance(got, dict):
-        return {k: np.broadcast_to(v, len(first))[inverse] for k, v in got.items()}
-    return np.broadcast_to(got, len(first))[inverse]
+    return {k: spread(v) for k, v in got.items()} if isinstance(got, dict) else spread(got)

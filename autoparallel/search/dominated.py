@@ -28,8 +28,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..cost.arch import Arch
-from ..cost.context import A2A_RING, cp_buffer_bytes, cp_collectives, cp_layer_time
-from ..cost.distinct_rows import packed_key
+from ..cost.context import (A2A_RING, CP_FORM_INPUTS, cp_buffer_bytes, cp_collectives,
+                             cp_layer_time)
+from ..cost.distinct_rows import on_distinct, packed_key
 from ..cost.time import attention_forward_time
 from ..layouts import LayoutTable
 from ..specs.problem import Problem
@@ -41,7 +42,13 @@ PRUNED_SCHEDULES = (0, 1)
 
 
 def cp_split_costs(problem: Problem, arch: Arch, t: LayoutTable) -> np.ndarray:
-    """Per row: (CP seconds of one layer at full = 0, at full = 1, CP buffer bytes), shape (3, n)."""
+    """Per row: (CP seconds of one layer at full = 0, at full = 1, CP buffer bytes), shape (3, n);
+    they read only `CP_FORM_INPUTS` (the attention time: tp, cp, micro-batch), so each distinct
+    combination is costed once (`cost.distinct_rows.on_distinct`)."""
+    return on_distinct(t, CP_FORM_INPUTS, lambda d: _cp_split_costs(problem, arch, d))
+
+
+def _cp_split_costs(problem: Problem, arch: Arch, t: LayoutTable) -> np.ndarray:
     coll = cp_collectives(problem, arch, t)
     attn = attention_forward_time(problem, arch, t)
     return np.stack([cp_layer_time(problem, t, coll, attn, 0.0),
