@@ -243,3 +243,41 @@ def test_on_distinct_spreads_arrays_and_dicts():
     assert dr.on_distinct(t, ("tp", "cp"), lambda tab: tab["tp"] * 1.0).tolist() == [1, 2, 1, 2, 4]
     two = dr.on_distinct(t, ("tp", "cp"), lambda tab: np.stack([tab["tp"], tab["cp"]]))
     assert two.tolist() == [[1, 2, 1, 2, 4], [2, 2, 2, 2, 1]]
+
+
+# ---- the stage times: all but the CP form's seconds once per row distinct on the rest
+
+@pytest.mark.parametrize("args", CP_PROBLEMS, ids=lambda a: f"{a[0]}-{a[2]}-{len(a[5])}")
+def test_stage_times_read_the_cp_form_only_in_its_seconds(args):
+    problem, t = _table(args)
+    t = t.take(np.arange(0, len(t), max(1, len(t) // 4000)))
+    arch = build_arch(problem.model)
+    assert set(time_mod.STAGE_BASE_COLUMNS) | {"cc", "cu"} == set(time_mod.STAGE_TIME_COLUMNS)
+    other = LayoutTable(dict(t.columns) | {"cc": (t["cc"] + 1) % 4, "cu": t["cu"] + 3},
+                        t.n_layers)
+    a = time_mod.stage_times(problem, arch, t, layout_groups(t, sizes(problem)))
+    b = time_mod.stage_times(problem, arch, other, layout_groups(other, sizes(problem)))
+    changed = False
+    for name in a:
+        for k, v in a[name].items():
+            if k == "stage":
+                continue
+            same = np.array_equal(np.broadcast_to(v, len(t)), np.broadcast_to(b[name][k], len(t)))
+            if k == "cp":
+                changed |= not same
+            else:
+                assert same, (name, k)
+    assert changed or arch.hybrid is not None  # the form's seconds do read it
+
+
+@pytest.mark.parametrize("args", CP_PROBLEMS, ids=lambda a: f"{a[0]}-{a[2]}-{len(a[5])}")
+def test_the_time_ledger_grouped_by_form_is_every_rows(args, monkeypatch):
+    problem, t = _table(args)
+    arch = build_arch(problem.model)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        grouped = time_mod.time_ledger(problem, arch, t)
+        monkeypatch.setattr(time_mod, "_stage_times_by_form",
+                            lambda p, a, tab, g: time_mod.stage_times(p, a, tab, g))
+        every = time_mod.time_ledger(problem, arch, t)
+    for k in every:
+        assert np.array_equal(grouped[k], every[k]), k

@@ -12,6 +12,8 @@ forward and backward layer by layer (ZeRO-3), minus a last bucket (reference §5
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
+
 import numpy as np
 
 from ..layouts import LayoutTable, edp
@@ -23,7 +25,7 @@ from .arch import Arch
 from .comm import Collective, collective_time
 from .compute import attention_time, gemm_time, linear_time, memory_bound_time
 from .context import cp_collectives, cp_layer_time
-from .distinct_rows import distinct_rows
+from .distinct_rows import STAGE_TIME_COLUMNS, distinct_rows
 from .moe_dispatch import dispatch_time
 from .moe_layer import exposed_dispatch, hidden_dispatch_nic, moe_ffn
 from .network import sizes as tier_sizes
@@ -118,9 +120,10 @@ def tp_pair(problem: Problem, t: LayoutTable, grp, arch: Arch) -> np.ndarray:
 
 
 def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups,
-                sts: dict | None = None) -> dict[str, dict]:
+                sts: dict | None = None, cp_terms: bool = True) -> dict[str, dict]:
     """Per-micro-batch seconds of each stage: fwd, bwd, recompute, tp, cp, ep, host. `sts`: the
-    stages to cost (default: `stages(arch, ...)`; a hybrid model passes each layer type's)."""
+    stages to cost (default: `stages(arch, ...)`; a hybrid model passes each layer type's).
+    `cp_terms` False: the CP form's seconds left at 0 (`_stage_times_by_form` adds them)."""
     if arch.hybrid is not None:  # summed over the layer types (`cost.layer_types.HybridArch`)
         return arch.hybrid.stage_times(problem, arch, t, groups)
     prof = problem.profile
@@ -154,13 +157,14 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups,
         f = _hidden_cost(prof, tp_fwd, gemm_f)
         return f * (1.0 + full) + _hidden_cost(prof, tp_fwd, 2.0 * gemm_f)
 
-    cp_coll = cp_collectives(problem, arch, t)  # once for every stage and layer kind
+    # once for every stage and layer kind
+    cp_coll = cp_collectives(problem, arch, t) if cp_terms else None
 
     def cp_layer(attn_f, full):
         # the layout's context-parallel form: ring hops hidden behind blocks of attention,
         # Ulysses all-to-alls, the K, V all-gather or both levels of the hierarchy
         # (`cost.context`; reference §5.6)
-        return cp_layer_time(problem, t, cp_coll, attn_f, full)
+        return cp_layer_time(problem, t, cp_coll, attn_f, full) if cp_terms else 0.0
 
     # output layer + vocab-parallel cross-entropy on the last stage
     V = arch.vocab
@@ -241,6 +245,46 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups,
             nic_bwd=nic_bwd,
             stage=st,
         )
+    return out
+
+
+STAGE_BASE_COLUMNS = tuple(c for c in STAGE_TIME_COLUMNS if c not in ("cc", "cu"))
+"""The columns the stage times read but for the CP form: only its seconds (`cp`) read the form
+(`cost.context.cp_layer_time`); tests/test_distinct_rows.py checks it."""
+
+
+def _spread(v, inverse):
+    """A distinct row's value to each of its rows (a scalar stays one)."""
+    return v if np.ndim(v) == 0 else np.broadcast_to(v, len(v))[inverse]
+
+
+def _stage_times_by_form(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[str, dict]:
+    """`stage_times(problem, arch, t, groups)`, number for number, with all but the CP form's
+    seconds costed once per row distinct on `STAGE_BASE_COLUMNS`: a plan crosses every cp > 1
+    row with the forms and all-to-all group sizes it searches, and only `cp` reads them, so the
+    form's seconds alone are costed per row (n_dense x + n_moe x one layer's, as `stage_times`
+    sums them; the core attention they hide behind is the same for both kinds)."""
+    found = None
+    if arch.hybrid is None and np.any(t["cp"] > 1):
+        found = distinct_rows(t, STAGE_BASE_COLUMNS)
+    if found is None:
+        return stage_times(problem, arch, t, groups)
+    first, inverse = found
+    base = t.take(first)
+    per_base = stage_times(problem, arch, base, layout_groups(base, tier_sizes(problem)),
+                           cp_terms=False)
+    coll = cp_collectives(problem, arch, t)
+    attn = _spread(attention_forward_time(problem, arch, base), inverse)
+    out = {}
+    for name, v in per_base.items():
+        st = v["stage"]
+        st = replace(st, **{f.name: _spread(getattr(st, f.name), inverse) for f in fields(st)
+                            if f.name not in ("name", "counts")})
+        layer = cp_layer_time(problem, t, coll, attn, st.recomputed)
+        items = {k: _spread(x, inverse) for k, x in v.items() if k not in ("cp", "stage")}
+        items["cp"] = st.n_dense * layer + st.n_moe * layer
+        items["stage"] = st
+        out[name] = items
     return out
 
 
@@ -396,7 +440,7 @@ def time_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.nd
     m = micro_batches(problem.training.global_batch, sub).astype(np.float64)
     pp, vp = sub["pp"].astype(np.float64), sub["vp"].astype(np.float64)
     tp, sp = sub["tp"].astype(np.float64), sub["sp"] == 1
-    per_stage = stage_times(problem, arch, sub, groups)
+    per_stage = _stage_times_by_form(problem, arch, sub, groups)
     tau = {k: v["fwd"] + v["bwd"] + v["rec"] + v["tp"] + v["cp"] + v["ep"] + v["off"] + v["host"]
            for k, v in per_stage.items()}
     tau_all = np.stack(list(tau.values()))
