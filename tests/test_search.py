@@ -519,3 +519,6 @@ def test_crossing_several_axes_at_once_is_the_cartesian_product_in_order():
     want = [(a, b, z, r, q) for (a, b), z, r, q in
             itertools.product(zip(base["a"], base["b"]), *(v for _, v in axes))]
     assert list(zip(*(got[k].tolist() for k in ("a", "b", "z", "r", "q")))) == want
+    few = _cross_all(base, axes[1:2])  # 3 combinations: repeated, not broadcast (_repeat)
+    assert list(zip(few["a"].tolist(), few["r"].tolist())) == [
+        (a, r) for a in (3, 1, 4) for r in (5, 6, 7)]
