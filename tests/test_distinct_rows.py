@@ -51,6 +51,12 @@ def _shuffled_outside(args, keep, seed):
     return problem, build_arch(problem.model), t, other
 
 
+def _other_form(t: LayoutTable) -> LayoutTable:
+    """`t` with every row's CP form and all-to-all group size changed (to values it does not
+    hold): what a cost that must not read them has to give the same numbers for."""
+    return LayoutTable(dict(t.columns) | {"cc": (t["cc"] + 1) % 4, "cu": t["cu"] + 3}, t.n_layers)
+
+
 def test_groups_of_a_hand_made_table():
     # rows 0, 2, 4 agree on everything but zero and oo; rows 1 and 3 agree; row 5 is alone
     t = _tiny(tp=[1, 2, 1, 2, 1, 4], zero=[0, 1, 2, 3, 3, 0], oo=[0, 0, 50, 0, 25, 0])
@@ -149,15 +155,14 @@ def test_stage_memory_does_not_read_the_cp_form(args):
     problem, t = _table(args)
     t = t.take(np.arange(0, len(t), max(1, len(t) // 4000)))
     arch = build_arch(problem.model)
-    other = LayoutTable(dict(t.columns) | {"cc": (t["cc"] + 1) % 4, "cu": t["cu"] + 3},
-                        t.n_layers)
+    other = _other_form(t)
     acts = lambda tab: None if arch.hybrid else memory_mod.layer_activations(problem, arch, tab)
     for name, st in memory_mod.stages(arch, t, problem.training.global_batch).items():
         a = memory_mod.stage_memory(problem, arch, t, st, acts(t))
         b = memory_mod.stage_memory(problem, arch, other, st, acts(other))
         for k in a:
             assert np.array_equal(np.broadcast_to(a[k], len(t)), np.broadcast_to(b[k], len(t))), (name, k)
-    assert set(memory_mod.CP_FORM_COLUMNS) | set(memory_mod.MEMORY_BASE_COLUMNS) == set(COLUMNS)
+    assert set(dr.CP_FORM_COLUMNS) | set(memory_mod.MEMORY_BASE_COLUMNS) == set(COLUMNS)
 
 
 @pytest.mark.parametrize("args", CP_PROBLEMS, ids=lambda a: f"{a[0]}-{a[2]}-{len(a[5])}")
@@ -240,7 +245,7 @@ def test_on_distinct_spreads_arrays_and_dicts():
 
     got = dr.on_distinct(t, ("tp", "cp"), cost)
     assert calls == [3]  # (1, 2), (2, 2), (4, 1)
-    assert got["x"].tolist() == [12, 22, 12, 22, 41] and got["y"].tolist() == [0.5] * 5
+    assert got["x"].tolist() == [12, 22, 12, 22, 41] and got["y"] == 0.5  # a scalar stays one
     assert dr.on_distinct(t, ("tp", "cp"), lambda tab: tab["tp"] * 1.0).tolist() == [1, 2, 1, 2, 4]
     two = dr.on_distinct(t, ("tp", "cp"), lambda tab: np.stack([tab["tp"], tab["cp"]]))
     assert two.tolist() == [[1, 2, 1, 2, 4], [2, 2, 2, 2, 1]]
@@ -253,9 +258,8 @@ def test_stage_times_read_the_cp_form_only_in_its_seconds(args):
     problem, t = _table(args)
     t = t.take(np.arange(0, len(t), max(1, len(t) // 4000)))
     arch = build_arch(problem.model)
-    assert set(time_mod.STAGE_BASE_COLUMNS) | {"cc", "cu"} == set(time_mod.STAGE_TIME_COLUMNS)
-    other = LayoutTable(dict(t.columns) | {"cc": (t["cc"] + 1) % 4, "cu": t["cu"] + 3},
-                        t.n_layers)
+    assert set(time_mod.STAGE_BASE_COLUMNS) | set(dr.CP_FORM_COLUMNS) == set(time_mod.STAGE_TIME_COLUMNS)
+    other = _other_form(t)
     with np.errstate(divide="ignore", invalid="ignore"):
         a = time_mod.stage_times(problem, arch, t, layout_groups(t, sizes(problem)))
         b = time_mod.stage_times(problem, arch, other, layout_groups(other, sizes(problem)))

@@ -19,6 +19,10 @@ import numpy as np
 
 from ..layouts import COLUMNS, LayoutTable
 
+CP_FORM_COLUMNS = ("cc", "cu")
+"""The context-parallel form and its all-to-all group size: the memory ledger reads them only
+through the form's buffers, the stage times only in the form's seconds (`cost.memory`,
+`cost.time`; tests/test_distinct_rows.py checks both)."""
 NOT_IN_STAGE_TIMES = ("zero", "oo")
 """Columns `cost.time.stage_times` does not read (tests/test_distinct_rows.py checks it)."""
 STAGE_TIME_COLUMNS = tuple(c for c in COLUMNS if c not in NOT_IN_STAGE_TIMES)
@@ -79,6 +83,12 @@ def distinct_rows(t: LayoutTable, columns=STAGE_TIME_COLUMNS) -> tuple[np.ndarra
     return first, inverse
 
 
+def spread(v, inverse):
+    """A distinct row's value (`distinct_rows`' `first` rows) to each of its rows, along the
+    last axis; a scalar stays one, and `inverse` None (nothing grouped) leaves `v` as it is."""
+    return v if inverse is None or np.ndim(v) == 0 else np.asarray(v)[..., inverse]
+
+
 def on_distinct(t: LayoutTable, columns, cost):
     """`cost(t)` (an array whose last axis is the rows, or a dict of them; a scalar stands for
     every row) for a `cost` that reads only `columns` of the table: computed once per distinct
@@ -88,10 +98,7 @@ def on_distinct(t: LayoutTable, columns, cost):
     if found is None:
         return cost(t)
     first, inverse = found
-
-    def spread(v):
-        v = np.asarray(v)
-        return np.broadcast_to(v, len(first))[inverse] if v.ndim == 0 else v[..., inverse]
-
     got = cost(t.take(first))
-    return {k: spread(v) for k, v in got.items()} if isinstance(got, dict) else spread(got)
+    if isinstance(got, dict):
+        return {k: spread(v, inverse) for k, v in got.items()}
+    return spread(got, inverse)

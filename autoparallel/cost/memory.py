@@ -21,7 +21,7 @@ from .arch import Arch
 from .context import cp_buffer_bytes
 from .model_code import model_code
 from .device_memory import outside_allocator_bytes, reserved_bytes, workspace_bytes
-from .distinct_rows import distinct_rows
+from .distinct_rows import CP_FORM_COLUMNS, distinct_rows, spread
 from .moe_memory import dispatch_buffer_bytes, routed_activation_bytes
 from .offload import (keeps_scores, module_offload_bytes, module_offload_in_transfer,
                       offloaded_layers, selective_saved, uniform_groups)
@@ -348,11 +348,9 @@ def with_cp_buffers(items: dict[str, np.ndarray], kv_buffers: np.ndarray) -> dic
     return out
 
 
-CP_FORM_COLUMNS = ("cc", "cu")
-"""The columns `stage_memory` does not read: the CP form reaches the memory only through its
-buffers (`with_cp_buffers`; tests/test_distinct_rows.py checks it)."""
 MEMORY_BASE_COLUMNS = tuple(c for c in COLUMNS if c not in CP_FORM_COLUMNS)
-"""The columns the memory ledger reads but for the CP form's buffers."""
+"""The columns the memory ledger reads but for the CP form's buffers (`stage_memory` reads no
+`CP_FORM_COLUMNS`; they reach the memory through `with_cp_buffers`)."""
 
 
 def memory_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.ndarray]:
@@ -373,19 +371,14 @@ def memory_ledger(problem: Problem, arch: Arch, t: LayoutTable) -> dict[str, np.
     costing every row."""
     found = distinct_rows(t, MEMORY_BASE_COLUMNS) if np.any(t["cp"] > 1) else None
     base, inverse = (t, None) if found is None else (t.take(found[0]), found[1])
-    n_base = len(base)
-
-    def spread(v):  # a distinct row's value to each of its rows (a scalar stays one)
-        return v if inverse is None or np.ndim(v) == 0 else np.broadcast_to(v, n_base)[inverse]
-
     sts = stages(arch, base, problem.training.global_batch)
     # outside PyTorch's allocator: CUDA context, NCCL, and DeepEP's own buffers (`cost.moe_memory`)
     outside = spread(outside_allocator_bytes(base, tied_embeddings=arch.tied,
                                              world_group=problem.stack.world_group)
-                     + dispatch_buffer_bytes(problem, arch, base))
+                     + dispatch_buffer_bytes(problem, arch, base), inverse)
     acts = None if arch.hybrid is not None else layer_activations(problem, arch, base)
     kv_buffers = cp_buffer_bytes(problem, arch, t)
-    per_stage = [with_cp_buffers({k: spread(v) for k, v in
+    per_stage = [with_cp_buffers({k: spread(v, inverse) for k, v in
                                   stage_memory(problem, arch, base, sts[name], acts).items()},
                                  kv_buffers) for name in STAGES]
     out: dict[str, np.ndarray] = {}

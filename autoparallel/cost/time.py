@@ -25,7 +25,7 @@ from .arch import Arch
 from .comm import Collective, collective_time
 from .compute import attention_time, gemm_time, linear_time, memory_bound_time
 from .context import cp_collectives, cp_layer_time
-from .distinct_rows import STAGE_TIME_COLUMNS, distinct_rows
+from .distinct_rows import CP_FORM_COLUMNS, STAGE_TIME_COLUMNS, distinct_rows, spread
 from .moe_dispatch import dispatch_time
 from .moe_layer import exposed_dispatch, hidden_dispatch_nic, moe_ffn
 from .network import sizes as tier_sizes
@@ -248,14 +248,9 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups,
     return out
 
 
-STAGE_BASE_COLUMNS = tuple(c for c in STAGE_TIME_COLUMNS if c not in ("cc", "cu"))
+STAGE_BASE_COLUMNS = tuple(c for c in STAGE_TIME_COLUMNS if c not in CP_FORM_COLUMNS)
 """The columns the stage times read but for the CP form: only its seconds (`cp`) read the form
 (`cost.context.cp_layer_time`); tests/test_distinct_rows.py checks it."""
-
-
-def _spread(v, inverse):
-    """A distinct row's value to each of its rows (a scalar stays one)."""
-    return v if np.ndim(v) == 0 else np.broadcast_to(v, len(v))[inverse]
 
 
 def _stage_times_by_form(problem: Problem, arch: Arch, t: LayoutTable, groups) -> dict[str, dict]:
@@ -274,14 +269,14 @@ def _stage_times_by_form(problem: Problem, arch: Arch, t: LayoutTable, groups) -
     per_base = stage_times(problem, arch, base, layout_groups(base, tier_sizes(problem)),
                            cp_terms=False)
     coll = cp_collectives(problem, arch, t)
-    attn = _spread(attention_forward_time(problem, arch, base), inverse)
+    attn = spread(attention_forward_time(problem, arch, base), inverse)
     out = {}
     for name, v in per_base.items():
         st = v["stage"]
-        st = replace(st, **{f.name: _spread(getattr(st, f.name), inverse) for f in fields(st)
+        st = replace(st, **{f.name: spread(getattr(st, f.name), inverse) for f in fields(st)
                             if f.name not in ("name", "counts")})
         layer = cp_layer_time(problem, t, coll, attn, st.recomputed)
-        items = {k: _spread(x, inverse) for k, x in v.items() if k not in ("cp", "stage")}
+        items = {k: spread(x, inverse) for k, x in v.items() if k not in ("cp", "stage")}
         items["cp"] = st.n_dense * layer + st.n_moe * layer
         items["stage"] = st
         out[name] = items
