@@ -178,7 +178,7 @@ def estimate_out(problem: Problem | None = None, layout: Layout | str | Mapping 
 def export(target: str, problem: Problem | None = None,
            layout: Layout | str | Mapping | None = None, **problem_args: Any) -> str:
     """The launcher file text of `layout` for `target` (megatron, torchtitan, deepspeed,
-    nanotron, slurm); write it to a file or run it.
+    nanotron, slurm, megatron-bridge); write it to a file or run it.
 
     Raises:
         ExportError: unknown target, or the target cannot express the layout (the message lists

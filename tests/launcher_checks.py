@@ -655,3 +655,153 @@ def nanotron_layout(text: str, world: int) -> dict:
                 sp=mode == "REDUCE_SCATTER", micro_batch=mbs, micro_batches=accum, world=world,
                 grad_dtype="fp32" if cfg["optimizer"].get("accumulate_grad_in_fp32") else "bf16",
                 global_batch=mbs * accum * dp, pp_engine=par.get("pp_engine", "afab"), config=cfg)
+
+
+# --------------------------------------------------------------------------- Megatron-Bridge
+
+BRIDGE_PRECISION_FLAGS = {  # Megatron-Bridge v0.6.0 training/mixed_precision.py presets
+    "bf16_mixed": ["--bf16"], "fp16_mixed": ["--fp16"],
+    "bf16_with_fp8_current_scaling_mixed": ["--bf16", "--fp8-format", "hybrid",
+                                            "--fp8-recipe", "tensorwise"],
+    "bf16_with_fp8_subchannel_scaling_mixed": ["--bf16", "--fp8-format", "hybrid",
+                                               "--fp8-recipe", "blockwise"],
+    "bf16_with_mxfp8_mixed": ["--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"],
+    "bf16_with_nvfp4_mixed": ["--bf16", "--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"],
+}
+BRIDGE_TO_FLAG = {  # ConfigContainer model field -> the Megatron-LM flag of the same setting
+    "num_layers_in_first_pipeline_stage": "--decoder-first-pipeline-num-layers",
+    "num_layers_in_last_pipeline_stage": "--decoder-last-pipeline-num-layers",
+    "virtual_pipeline_model_parallel_size": "--num-virtual-stages-per-pipeline-rank",
+}
+
+
+class _Record:
+    """A config section that records what is set on it."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+
+def bridge_module_values(text: str) -> tuple[dict, str, str, dict]:
+    """Run an exported Megatron-Bridge module (its `autoparallel_config()`) with stand-in
+    `megatron.bridge` modules: (sections -> fields set, the recipe imported, the mixed-precision
+    preset named, the `CommOverlapConfig` arguments)."""
+    import re
+    import sys
+    import types
+
+    found = re.search(r"^from megatron\.bridge\.recipes\.(\w+) import (\w+)$", text, re.M)
+    _need(found is not None, "no library recipe import")
+    cfg = _Record(model=_Record(), ddp=_Record(), optimizer=_Record(), train=_Record(),
+                  dataset=_Record(), checkpoint=_Record(), mixed_precision=None, comm_overlap=None)
+    named: list[str] = []
+
+    def preset(name):
+        _need(name in BRIDGE_PRECISION_FLAGS, f"no mixed-precision preset {name!r}")
+        named.append(name)
+        return _Record()
+
+    mods = {"megatron": {}, "megatron.bridge": {}, "megatron.bridge.recipes": {},
+            f"megatron.bridge.recipes.{found[1]}": {found[2]: lambda: cfg},
+            "megatron.bridge.training": {},
+            "megatron.bridge.training.comm_overlap": {"CommOverlapConfig": _Record},
+            "megatron.bridge.training.mixed_precision": {"get_mixed_precision_config": preset}}
+    saved = {k: sys.modules.get(k) for k in mods}
+    try:
+        for name, attrs in mods.items():
+            mod = types.ModuleType(name)
+            mod.__dict__.update(attrs)
+            sys.modules[name] = mod
+        scope: dict = {"__name__": "exported"}
+        exec(compile(text, "train_bridge.py", "exec"), scope)
+        _need(scope["autoparallel_config"]() is cfg, "autoparallel_config() returns the recipe's config")
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+    _need(len(named) == 1, "one mixed-precision preset")
+    sections = {k: dict(vars(getattr(cfg, k))) for k in ("model", "ddp", "optimizer", "train",
+                                                          "dataset", "checkpoint")}
+    sections["mixed_precision"] = dict(vars(cfg.mixed_precision))
+    return sections, found[2], named[0], dict(vars(cfg.comm_overlap))
+
+
+def megatron_bridge_layout(text: str, model) -> dict:
+    """The layout a Megatron-Bridge module starts: the torchrun line of its comments gives the
+    world; its ConfigContainer fields are Megatron-Core's TransformerConfig / DDP / optimizer
+    fields, which Megatron-LM sets from flags of the same names, so they are read back through
+    the Megatron-LM reader and its checks (`megatron_layout`). The model's shapes come from the
+    recipe (the Hugging Face model it builds), given here as `model` (a ModelSpec)."""
+    run = [line[len("#   "):] for line in text.splitlines() if line.startswith("#   torchrun")
+           or line.startswith("#   --rdzv")]
+    _need(bool(run), "no torchrun line")
+    launch = shlex.split(" ".join(x.rstrip("\\").strip() for x in run))
+    _need(launch[-1] == "train_bridge.py", "torchrun runs the module")
+    t = torchrun_args(launch[:-1])
+    world = int(t.nnodes) * int(t.nproc_per_node)
+    sec, _recipe, preset, overlap = bridge_module_values(text)
+    m, ddp, opt, mp = sec["model"], sec["ddp"], sec["optimizer"], sec["mixed_precision"]
+    _need(m["seq_length"] == sec["dataset"]["seq_length"], "model and dataset sequence lengths")
+    _need(ddp["use_distributed_optimizer"] == opt["use_distributed_optimizer"],
+          "ddp and optimizer disagree on the distributed optimizer")
+    _need(ddp["grad_reduce_in_fp32"] == mp["grad_reduce_in_fp32"],
+          "MixedPrecisionConfig.setup copies grad_reduce_in_fp32 onto ddp: they must agree")
+    _need(overlap["tp_comm_overlap"] is False or m["sequence_parallel"],
+          "tp_comm_overlap asserts sequence parallelism")
+    words = ["--num-layers", str(model.n_layers), "--hidden-size", str(model.hidden_size),
+             "--num-attention-heads", str(model.n_heads),
+             "--seq-length", str(m["seq_length"]),
+             "--micro-batch-size", str(sec["train"]["micro_batch_size"]),
+             "--global-batch-size", str(sec["train"]["global_batch_size"])]
+    if model.kv_heads < model.n_heads:
+        words += ["--group-query-attention", "--num-query-groups", str(model.kv_heads)]
+    if model.moe is not None:
+        words += ["--num-experts", str(model.moe.n_experts)]
+    words += BRIDGE_PRECISION_FLAGS[preset]
+    if not mp["grad_reduce_in_fp32"]:
+        words.append("--grad-reduce-in-bf16")
+    if mp.get("fp8_param_gather"):
+        words.append("--fp8-param-gather")
+    if mp.get("fp4_param_gather"):
+        words.append("--fp4-param-gather")
+    for key, value in m.items():
+        if key == "seq_length" or value is None or value is False:
+            continue
+        flag = BRIDGE_TO_FLAG.get(key, "--" + key.replace("_", "-"))
+        if key == "cuda_graph_impl" and value == "none":
+            continue
+        if value is True:
+            words.append(flag)
+        elif isinstance(value, list):
+            words += [flag, *map(str, value)]
+        elif key == "cpu_offloading":
+            continue
+        else:
+            words += [flag, str(value)]
+    for key in ("use_distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather",
+                "use_megatron_fsdp"):
+        if ddp.get(key):
+            words.append("--" + key.replace("_", "-"))
+    if ddp.get("use_megatron_fsdp"):
+        _need(sec["checkpoint"].get("ckpt_format") == "fsdp_dtensor",
+              "Megatron-FSDP checkpoints in fsdp_dtensor")
+        words += ["--data-parallel-sharding-strategy", ddp["data_parallel_sharding_strategy"],
+                  "--megatron-fsdp-main-grads-dtype",
+                  "fp32" if ddp["grad_reduce_in_fp32"] else "bf16"]
+    if opt.get("optimizer_cpu_offload"):
+        words += ["--optimizer-cpu-offload", "--optimizer-offload-fraction",
+                  str(opt["optimizer_offload_fraction"]), "--use-precision-aware-optimizer"]
+    if overlap.get("overlap_moe_expert_parallel_comm"):
+        words.append("--overlap-moe-expert-parallel-comm")
+    if overlap.get("delay_wgrad_compute"):
+        words.append("--delay-wgrad-compute")
+    if overlap.get("tp_comm_overlap"):
+        words.append("--tp-comm-overlap")
+    # Megatron-Bridge sets the process environment itself (recipe env_vars, run_recipe's
+    # runtime environment); the Megatron-LM reader's environment checks are met as it does
+    env = {} if ddp.get("use_megatron_fsdp") else {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    out = megatron_layout(words, world, env)
+    out["nodes"], out["per_node"] = int(t.nnodes), int(t.nproc_per_node)
+    return out

@@ -13,9 +13,11 @@ from autoparallel.cost.model_arch import build_arch
 from autoparallel.rules import RULE_BY_NAME, check_rules
 from autoparallel.search.enumerate import enumerate_layouts
 from launcher_checks import (
-    LaunchRejected, deepspeed_layout, megatron_script_layout, nanotron_layout, sbatch_layout,
+    LaunchRejected, deepspeed_layout, megatron_bridge_layout, megatron_script_layout,
+    nanotron_layout, sbatch_layout,
     torchtitan_layout, torchtitan_module_layout,
 )
+from autoparallel.exporters.megatron_bridge import recipe_of
 from autoparallel.exporters.torchtitan import flavor_of
 
 PROBLEMS = {
@@ -52,6 +54,8 @@ def read_back(target, text, problem):
         return torchtitan_layout(text, world, problem.model.n_layers)
     if target == "deepspeed":
         return deepspeed_layout(text, world)
+    if target == "megatron-bridge":
+        return megatron_bridge_layout(text, problem.model)
     return nanotron_layout(text, world)
 
 
@@ -70,7 +74,7 @@ def expected(problem, layout, target):
     axes = AXES
     if target.startswith("torchtitan"):
         lay["zero"] = TORCHTITAN_ZERO[lay["zero"]] if job.data_group > 1 else 0
-    if target.startswith(("torchtitan", "megatron", "slurm")):
+    if target.startswith(("torchtitan", "megatron", "slurm")):  # megatron-bridge too
         axes += ("stage_layers",)  # the reader replays the launcher's own split
     return {k: lay[k] for k in axes} | {"micro_batches": job.micro_batches, "world": job.n_gpus}
 
@@ -106,6 +110,8 @@ def test_every_export_reads_back_as_the_same_layout(name, target):
         # TorchTitan builds models from its registry only: no flavor, no export (docs/export.md)
         assert written == 0
     elif base in ("megatron", "slurm", "torchtitan"):
+        assert written > 0, f"{target} wrote nothing for {name}"
+    elif base == "megatron-bridge" and recipe_of(Job.of(problem, Layout())) is not None:
         assert written > 0, f"{target} wrote nothing for {name}"
 
 
@@ -184,8 +190,9 @@ def test_render_refusal_names_reasons_and_the_targets_that_can():
     msg = str(exc.value)
     assert msg.splitlines()[0] == "deepspeed cannot launch dp2-tp8-pp4-vp5-cp1-ep1-z1-rselective-sp-mb1:"
     assert "tensor parallelism (tp = 8)" in msg and "pipeline parallelism (pp = 4, vp = 5)" in msg
-    assert msg.splitlines()[-1] == "targets that can launch it: megatron, torchtitan, slurm"
-    assert targets_for(p, lay) == ["megatron", "torchtitan", "slurm"]
+    assert msg.splitlines()[-1] == ("targets that can launch it: megatron, torchtitan, slurm, "
+                                   "megatron-bridge")
+    assert targets_for(p, lay) == ["megatron", "torchtitan", "slurm", "megatron-bridge"]
     with pytest.raises(ExportError, match="no target can launch it"):
         render("megatron", p, Layout(tp=8, pp=3))
     with pytest.raises(ExportError, match="unknown export target 'titan'"):

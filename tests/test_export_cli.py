@@ -164,7 +164,7 @@ def _bad(*args):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--target", "titan", *PROBLEM, "--tp", "8"], "unknown export target 'titan'; choose one of megatron, torchtitan, deepspeed, nanotron, slurm"),
+    (["--target", "titan", *PROBLEM, "--tp", "8"], "unknown export target 'titan'; choose one of megatron, torchtitan, deepspeed, nanotron, slurm, megatron-bridge"),
     ([*PROBLEM, "--tp", "8"], "missing --target"),
     (["--target", "deepspeed", *PROBLEM, *REFERENCE], "deepspeed cannot launch dp2-tp8-pp4-vp5"),
     (["--target", "nanotron", *PROBLEM, *REFERENCE], "interleaving (vp = 5)"),
@@ -184,7 +184,8 @@ def test_bad_input_one_message_exit_2(args, needle):
 
 def test_refusal_lists_targets_that_can():
     err = _bad("--target", "deepspeed", *PROBLEM, *REFERENCE)
-    assert err.splitlines()[-1].strip() == "targets that can launch it: megatron, torchtitan, slurm"
+    assert err.splitlines()[-1].strip() == ("targets that can launch it: megatron, torchtitan, slurm, "
+                                            "megatron-bridge")
 
 
 def test_bad_sweep_csv(tmp_path):

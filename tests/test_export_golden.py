@@ -77,6 +77,7 @@ def test_refusal_goldens_name_each_missing_feature():
     assert [line.split(":")[0].strip() for line in ds[1:4]] == [
         "- tensor parallelism (tp = 8)", "- pipeline parallelism (pp = 4, vp = 5)",
         "- recompute = selective"]
-    assert ds[-1].strip() == "targets that can launch it: megatron, torchtitan, slurm"
+    assert ds[-1].strip() == ("targets that can launch it: megatron, torchtitan, slurm, "
+                              "megatron-bridge")
     nano = (GOLDEN / "nanotron.refusal.txt").read_text()
     assert "interleaving (vp = 5)" in nano and "selective recompute" in nano

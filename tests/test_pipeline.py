@@ -578,7 +578,8 @@ def test_torchtitan_export_writes_the_uneven_splits_its_own_split_reproduces():
         with pytest.raises(ExportError) as err:
             render("torchtitan", p, bad)
         assert "uneven pipeline split" in str(err.value) and why in str(err.value)
-        assert str(err.value).splitlines()[-1] == "targets that can launch it: megatron, slurm"
+        assert str(err.value).splitlines()[-1] == ("targets that can launch it: megatron, slurm, "
+                                                   "megatron-bridge")
     with pytest.raises(ExportError, match="TorchTitan 0.1 has no first/last-stage"):
         render("torchtitan", p, lay, "0.1")
 

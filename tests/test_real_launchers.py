@@ -225,3 +225,41 @@ def test_torchtitan_03_loads_an_allgather_cp_export(tmp_path):
     module.write_text(render("torchtitan", p, Layout(tp=8, cp=8, cp_comm="allgather", zero=1)))
     got = parse("torchtitan", str(module))
     assert (got["cp"], got["tp"], got["dp_shard"]) == (8, 8, 1)
+
+
+BRIDGE_SHAPES = {
+    "llama3-70b": dict(layers=80, hidden=8192, ffn=28672, heads=64, groups=8,
+                       package="llama", stem="llama3_70b"),
+    "qwen3-235b-a22b": dict(layers=94, hidden=4096, ffn=12288, heads=64, groups=4, experts=128,
+                            topk=8, moe_ffn=1536, package="qwen", stem="qwen3_235b_a22b"),
+}
+"""Shapes of the Hugging Face configs the recipes build (config.json of meta-llama/Meta-Llama-3-70B
+and Qwen/Qwen3-235B-A22B), for Megatron-Core's TransformerConfig."""
+
+
+@pytest.mark.parametrize("model, n, lay, precision, want", [
+    ("llama3-70b", 64, Layout(tp=8, pp=4, vp=5, recompute="selective"), "mxfp8",
+     dict(tp=8, sp=True, pp=4, vp=5, ranks=[20] * 4, fp8="e4m3", fp8_recipe="mxfp8",
+          recompute="selective", recompute_modules=["core_attn"], dist_opt=True, fsdp=False)),
+    ("llama3-70b", 64, Layout(tp=8, pp=1, cp=8, cp_comm="allgather", zero=3, recompute="full"), "bf16",
+     dict(tp=8, pp=1, cp=8, cp_comm_type="all_gather", fsdp=True, sharding="optim_grads_params",
+          dist_opt=False, recompute="full", fp8=None)),
+    ("qwen3-235b-a22b", 256, Layout(tp=1, pp=8, vp=4, ep=8, stage_layers=[12] * 7 + [10]), "fp8",
+     dict(pp=8, vp=4, ranks=[12] * 7 + [10], ep=8, etp=1, dispatcher="alltoall",
+          fp8="hybrid", fp8_recipe="tensorwise", tp_overlap=False)),
+])
+def test_megatron_core_builds_the_megatron_bridge_module(tmp_path, model, n, lay, precision, want):
+    """The megatron-bridge module run against Megatron-Core's TransformerConfig, DDP and optimizer
+    configs (and stand-ins that take only Megatron-Bridge v0.6.0's own field and preset names):
+    every field exists, TransformerConfig's checks pass on the result, and each pipeline rank
+    builds the planned layers."""
+    gpu = "b200" if precision == "mxfp8" else "h100"
+    p = make_problem(model, gpu, n, seq_len=8192 if model == "llama3-70b" else 4096,
+                     global_batch=512 if n == 64 else 2048, stack="megatron-bridge",
+                     precision=precision)
+    path = tmp_path / "train_bridge.py"
+    path.write_text(render("megatron-bridge", p, lay))
+    got = parse("megatron_bridge", str(path), json.dumps(BRIDGE_SHAPES[model]))
+    assert {k: got[k] for k in want} == want
+    assert (got["ddp_fp32"], got["mp_fp32"]) == (False, False)  # the stack's bf16 gradients
+    assert (got["seq"], got["mb"]) == (p.training.seq_len, 1)

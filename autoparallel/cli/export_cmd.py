@@ -9,7 +9,8 @@ import typer
 
 from ..errors import ExportError, InfeasibleError, SpecError
 from . import command
-from .options import (OUTPUT, ProblemOptions, layout_options_class, with_options)
+from .options import (OUTPUT, TARGET_NAMES, ProblemOptions, layout_options_class,
+                      with_options)
 
 EXPORT = "Export"
 SLURM = "Slurm (--target slurm)"
@@ -71,7 +72,7 @@ def _opt(flag: str, help_text: str, panel: str = EXPORT, metavar: str = "TEXT"):
 def export_command(
     problem: ProblemOptions,
     layout,
-    target: Annotated[Optional[str], _opt("--target", "Launcher: megatron, torchtitan, deepspeed, nanotron or slurm.", metavar="NAME")] = None,
+    target: Annotated[Optional[str], _opt("--target", f"Launcher: {TARGET_NAMES}.", metavar="NAME")] = None,
     rank: Annotated[Optional[int], _opt("--rank", "Export the N-th layout of `autoparallel plan --target NAME` (1 = fastest).", metavar="N")] = None,
     from_csv: Annotated[Optional[str], _opt("--from", "Sweep CSV holding the problem and the layout (with --row).", metavar="CSV")] = None,
     row: Annotated[Optional[int], _opt("--row", "Data row of the --from CSV, numbered from 1.", metavar="N")] = None,

@@ -96,8 +96,12 @@ def _job_option(name: str):
 
 
 TARGET_STACKS = {"megatron": "megatron-core", "slurm": "megatron-core", "torchtitan": "torchtitan",
-                 "deepspeed": "deepspeed", "nanotron": "nanotron"}
-"""The software stack each export target launches: `--target` implies it unless `--stack` is given."""
+                 "deepspeed": "deepspeed", "nanotron": "nanotron",
+                 "megatron-bridge": "megatron-bridge"}
+"""The software stack each export target launches: `--target` implies it unless `--stack` is given
+(one entry per `exporters.CLASSES` target)."""
+TARGET_NAMES = ", ".join(TARGET_STACKS)
+"""The export targets as help text lists them."""
 
 
 class _JobBase:

@@ -14,7 +14,8 @@ from ..output.files import strict_json
 from ..errors import InfeasibleError, SpecError
 from ..limits import MAX_KEEP, MAX_TOP, MAX_TOP_TABLE, check_int
 from . import command
-from .options import (SEARCH, TARGET_STACKS, Fmt, FormatOpt, PlotOpt, ProblemOptions,
+from .options import (SEARCH, TARGET_NAMES, TARGET_STACKS, Fmt, FormatOpt, PlotOpt,
+                      ProblemOptions,
                       SearchOptions, with_options)
 from .outputs import check_output, working
 
@@ -88,7 +89,8 @@ def export_hint(result, problem_argv: list[str], target: str | None) -> tuple[st
 
 def _default_file(target: str) -> str:
     return {"megatron": "train.sh", "slurm": "train.sbatch", "torchtitan": "train_config.py",
-            "deepspeed": "ds_config.json", "nanotron": "config.yaml"}.get(target, "launch.txt")
+            "deepspeed": "ds_config.json", "nanotron": "config.yaml",
+            "megatron-bridge": "train_bridge.py"}.get(target, "launch.txt")
 
 
 def print_plan(result, console, vs=None, *, note: str | None = None,
@@ -171,7 +173,7 @@ def plan_command(
     top: Annotated[int, typer.Option(help="How many layouts to show.", metavar="N", rich_help_panel=SEARCH)] = 10,
     objective: Annotated[str, typer.Option(help="time, or a Pareto front: time,memory or time,gpus.", metavar="time|time,memory|time,gpus")] = "time",
     rank_by: Annotated[str, typer.Option("--rank-by", help="time: fastest first; robust: the layouts tied with the fastest, most robust first.", metavar="time|robust")] = "time",
-    target: Annotated[Optional[str], typer.Option(help="Keep only layouts this launcher can write (megatron, torchtitan, deepspeed, nanotron, slurm).", metavar="NAME", show_default=False)] = None,
+    target: Annotated[Optional[str], typer.Option(help=f"Keep only layouts this launcher can write ({TARGET_NAMES}).", metavar="NAME", show_default=False)] = None,
     versus_slug: Annotated[Optional[str], typer.Option("--versus", help="Rank a layout slug (e.g. a published one) against #1.", metavar="SLUG", show_default=False)] = None,
     keep: Annotated[int, typer.Option(help="Fitting layouts stored as Optuna trials (with --storage or --study).", metavar="N")] = 1000,
     storage: Annotated[Optional[str], typer.Option(help="Optuna storage URL, e.g. sqlite:///plan.db.", metavar="URL", show_default=False)] = None,

@@ -25,7 +25,8 @@ CLASSES = {"megatron": ("megatron", "MegatronExporter"),
            "torchtitan": ("torchtitan", "TorchTitanExporter"),
            "deepspeed": ("deepspeed", "DeepSpeedExporter"),
            "nanotron": ("nanotron", "NanotronExporter"),
-           "slurm": ("slurm", "SlurmExporter")}
+           "slurm": ("slurm", "SlurmExporter"),
+           "megatron-bridge": ("megatron_bridge", "MegatronBridgeExporter")}
 """Target name -> (module of this package, exporter class): a target's module is imported when
 the target is first asked for (a `plan` checks one launcher, not five)."""
 
@@ -103,7 +104,8 @@ def render(target: str, problem: Problem, layout: Layout, version: str | None = 
     """The launcher file text of `layout` for `target`.
 
     Args:
-        target: one of `EXPORTERS` (megatron, torchtitan, deepspeed, nanotron, slurm).
+        target: one of `EXPORTERS` (megatron, torchtitan, deepspeed, nanotron, slurm,
+            megatron-bridge).
         problem: model, cluster and job.
         layout: the layout; `dp` may be omitted (derived), `sp` defaults to on with TP.
         version: launcher release for targets with several forms (torchtitan: "0.3", the

@@ -227,7 +227,7 @@ def plan(
         with_study: build the Optuna study even without a storage.
         n_nearest: when nothing fits, how many nearest misses to return.
         target: keep only layouts this launcher can express (megatron, torchtitan, deepspeed,
-            nanotron, slurm); the others are counted under `target_<name>` in `reject_counts`.
+            nanotron, slurm, megatron-bridge); the others are counted under `target_<name>` in `reject_counts`.
         rank_by: `time` (fastest first) or `robust` (the layouts whose error band overlaps the
             fastest's, most robust first, then the rest; see `search.robust`).
 

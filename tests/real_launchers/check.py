@@ -268,6 +268,137 @@ def nanotron(path: str) -> dict:
     return dict(dp=par.dp, tp=par.tp, pp=par.pp)
 
 
+# Megatron-Bridge v0.6.0 field names of the sections that are Megatron-Bridge's own classes (the
+# model, ddp and optimizer sections are Megatron-Core's, checked with the real classes below):
+# training/comm_overlap.py CommOverlapConfig, training/mixed_precision.py MixedPrecisionConfig,
+# Megatron-LM megatron/training/config/training_config.py TrainingConfig / CheckpointConfig
+# (which Megatron-Bridge's extend), training/config.py GPTDatasetConfig.seq_length and
+# models/gpt_provider.py GPTModelProvider.seq_length (the one model field beyond TransformerConfig)
+BRIDGE_FIELDS = {
+    "comm_overlap": "tp_comm_overlap tp_comm_overlap_cfg tp_comm_bootstrap_backend overlap_p2p_comm "
+                    "batch_p2p_comm overlap_grad_reduce overlap_param_gather "
+                    "overlap_param_gather_with_optimizer_step align_param_gather bucket_size "
+                    "defer_embedding_wgrad_compute wgrad_deferral_limit data_parallel_size "
+                    "overlap_moe_expert_parallel_comm delay_wgrad_compute",
+    "mixed_precision": "fp32 fp16 bf16 params_dtype pipeline_dtype autocast_dtype autocast_enabled "
+                       "grad_reduce_in_fp32 fp8 fp8_recipe first_last_layers_bf16 fp8_margin "
+                       "fp8_amax_history_len fp8_amax_compute_algo fp8_wgrad "
+                       "fp8_dot_product_attention fp8_multi_head_attention fp8_param "
+                       "fp8_param_gather fp4 fp4_recipe fp4_param fp4_param_gather loss_scale "
+                       "initial_loss_scale min_loss_scale loss_scale_window hysteresis "
+                       "num_layers_at_start_in_bf16 num_layers_at_end_in_bf16 "
+                       "reuse_grad_buf_for_mxfp8_param_ag",
+    "train": "micro_batch_size global_batch_size train_iters",
+    "checkpoint": "ckpt_format save load",
+    "dataset": "seq_length",
+}
+BRIDGE_PRECISIONS = {  # training/mixed_precision.py v0.6.0 @register presets: (fp8, recipe, fp4)
+    "bf16_mixed": (None, None, None), "fp16_mixed": (None, None, None),
+    "bf16_with_fp8_current_scaling_mixed": ("hybrid", "tensorwise", None),
+    "bf16_with_fp8_subchannel_scaling_mixed": ("hybrid", "blockwise", None),
+    "bf16_with_mxfp8_mixed": ("e4m3", "mxfp8", None),
+    "bf16_with_nvfp4_mixed": (None, None, "e2m1"),
+}
+
+
+class Strict:
+    """A Megatron-Bridge config section that takes only its v0.6.0 field names."""
+
+    def __init__(self, section: str, **values):
+        object.__setattr__(self, "_names", set(BRIDGE_FIELDS[section].split()))
+        object.__setattr__(self, "_section", section)
+        for k, v in values.items():
+            setattr(self, k, v)
+
+    def __setattr__(self, key, value):
+        if key not in self._names:
+            raise AttributeError(f"{self._section} has no field {key!r} (Megatron-Bridge v0.6.0)")
+        object.__setattr__(self, key, value)
+
+
+def megatron_bridge(path: str, shape: dict) -> dict:
+    """Run the exported module's `autoparallel_config()` against Megatron-Bridge's interfaces: the
+    recipe function, `CommOverlapConfig` and `get_mixed_precision_config` are stand-ins taking only
+    v0.6.0's names, the model, ddp and optimizer sections are Megatron-Core's own classes (an
+    unknown field shows as a new attribute). The model section is then rebuilt, which runs
+    TransformerConfig's checks, and asked for each pipeline rank's layers."""
+    import dataclasses
+    import runpy
+    import types
+
+    import torch
+    from megatron.core import parallel_state as ps
+    from megatron.core.distributed import DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.transformer import TransformerConfig
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+
+    moe = dict(num_moe_experts=shape["experts"], moe_router_topk=shape["topk"],
+               moe_ffn_hidden_size=shape["moe_ffn"]) if shape.get("experts") else {}
+    model = TransformerConfig(
+        num_layers=shape["layers"], hidden_size=shape["hidden"], ffn_hidden_size=shape["ffn"],
+        num_attention_heads=shape["heads"], num_query_groups=shape["groups"], bf16=True,
+        params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16, **moe)
+    cfg = types.SimpleNamespace(model=model, ddp=DistributedDataParallelConfig(),
+                                optimizer=OptimizerConfig(), train=Strict("train"),
+                                dataset=Strict("dataset"), checkpoint=Strict("checkpoint"),
+                                mixed_precision=None, comm_overlap=None)
+    called = []
+
+    def recipe():
+        called.append(True)
+        return cfg
+
+    def get_mixed_precision_config(name):
+        fp8, recipe_name, fp4 = BRIDGE_PRECISIONS[name]  # KeyError: no such preset
+        return Strict("mixed_precision", fp8=fp8, fp8_recipe=recipe_name or "tensorwise", fp4=fp4,
+                      grad_reduce_in_fp32=True, bf16=not name.startswith("fp16"))
+
+    class CommOverlapConfig(Strict):
+        def __init__(self, **values):
+            super().__init__("comm_overlap", **values)
+
+    stubs = {"megatron.bridge": {}, "megatron.bridge.recipes": {},
+             f"megatron.bridge.recipes.{shape['package']}": {f"{shape['stem']}_pretrain_config": recipe},
+             "megatron.bridge.training": {},
+             "megatron.bridge.training.comm_overlap": {"CommOverlapConfig": CommOverlapConfig},
+             "megatron.bridge.training.mixed_precision":
+                 {"get_mixed_precision_config": get_mixed_precision_config}}
+    for name, attrs in stubs.items():
+        mod = types.ModuleType(name)
+        mod.__dict__.update(attrs)
+        sys.modules[name] = mod
+    before = {sec: set(vars(getattr(cfg, sec))) for sec in ("model", "ddp", "optimizer")}
+    got = runpy.run_path(path, run_name="autoparallel_export")["autoparallel_config"]()
+    assert got is cfg and called
+    for sec, names in before.items():
+        extra = set(vars(getattr(cfg, sec))) - names - ({"seq_length"} if sec == "model" else set())
+        assert not extra, f"{sec}: not Megatron-Core fields: {sorted(extra)}"
+    init = {f.name: getattr(model, f.name) for f in dataclasses.fields(TransformerConfig) if f.init}
+    tc = TransformerConfig(**init)  # __post_init__: the split, CP, MoE and recompute checks
+    vp = tc.virtual_pipeline_model_parallel_size or 1  # a layout string sets it (post_init)
+    ps.set_virtual_pipeline_model_parallel_world_size(vp if vp > 1 else None)
+    ranks = []
+    for rank in range(tc.pipeline_model_parallel_size):
+        ps.set_pipeline_model_parallel_rank(rank)
+        ranks.append(sum(get_num_layers_to_build(tc, vp_stage=a if vp > 1 else None, pp_rank=rank)
+                         for a in range(vp)))
+    mp, co = cfg.mixed_precision, cfg.comm_overlap
+    return dict(tp=tc.tensor_model_parallel_size, sp=tc.sequence_parallel,
+                pp=tc.pipeline_model_parallel_size, vp=vp, ranks=ranks,
+                cp=tc.context_parallel_size, cp_comm_type=tc.cp_comm_type,
+                ep=tc.expert_model_parallel_size, etp=tc.expert_tensor_parallel_size,
+                dispatcher=tc.moe_token_dispatcher_type, backend=tc.moe_flex_dispatcher_backend,
+                recompute=tc.recompute_granularity, recompute_modules=tc.recompute_modules,
+                seq=model.seq_length, mb=cfg.train.micro_batch_size,
+                gbs=cfg.train.global_batch_size, dist_opt=cfg.ddp.use_distributed_optimizer,
+                fsdp=cfg.ddp.use_megatron_fsdp,
+                sharding=cfg.ddp.data_parallel_sharding_strategy,
+                ddp_fp32=cfg.ddp.grad_reduce_in_fp32, mp_fp32=mp.grad_reduce_in_fp32,
+                fp8=mp.fp8, fp8_recipe=mp.fp8_recipe, fp4=mp.fp4,
+                tp_overlap=co.tp_comm_overlap, a2a_overlap=co.overlap_moe_expert_parallel_comm)
+
+
 if __name__ == "__main__":
     kind, arg = sys.argv[1], sys.argv[2]
     loaders = {"deepspeed": lambda: deepspeed(arg, int(sys.argv[3])),
@@ -279,6 +410,7 @@ if __name__ == "__main__":
                "megatron_groups": lambda: [megatron_groups(a) for a in json.loads(arg)],
                "megatron_split": lambda: megatron_split(json.loads(arg)),
                "megatron_moe": lambda: megatron_moe(json.loads(arg)),
+               "megatron_bridge": lambda: megatron_bridge(arg, json.loads(sys.argv[3])),
                "nanotron": lambda: nanotron(arg)}
     try:
         out = loaders[kind]()
