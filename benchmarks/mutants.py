@@ -54,6 +54,8 @@ MOE = ("tests/test_ledger_terms.py", "tests/test_moe_time.py", "tests/test_moe_m
        "tests/test_moe_layers.py", "tests/test_time.py", "tests/test_memory.py",
        "tests/test_module_offload.py")
 """The MoE terms' tests (docs/moe.md): hand ledger, each term's derivation, whole layers."""
+EXPORT = ("tests/test_export.py", "tests/test_export_megatron_bridge.py")
+"""The exporters' read-back and refusal tests."""
 
 
 @dataclass(frozen=True)
@@ -610,6 +612,18 @@ MUTANTS: tuple[Mutant, ...] = (
       "out.append(cum[L] - cum[L - last])", "weighted split without the output layer", HYBRID),
     M("hybrid-no-vp", "cost/layer_rules.py", "| (t[\"rn\"] != -1) | (t[\"vp\"] > 1)",
       "| (t[\"rn\"] != -1)", "virtual pipeline stages on a Mamba stack", HYBRID),
+    M("target-limits-grouped", "exporters/__init__.py", 'NOT_IN_TARGET_LIMITS = ("mb",)',
+      'NOT_IN_TARGET_LIMITS = ("mb", "zero")',
+      "plan --target decides a target's verdict on rows that differ in the ZeRO stage",
+      EXPORT),
+    M("bridge-grad-dtype", "exporters/megatron_bridge.py",
+      'mp = {"grad_reduce_in_fp32": tr.grad_dtype == "fp32"}',
+      'mp = {"grad_reduce_in_fp32": True}',
+      "the Megatron-Bridge module keeps the preset's fp32 gradient reduction", EXPORT),
+    M("bridge-split-first", "exporters/megatron_bridge.py",
+      'return out | {"num_layers_in_first_pipeline_stage": sl[0],',
+      'return out | {"num_layers_in_first_pipeline_stage": sl[1],',
+      "the Megatron-Bridge module's first pipeline stage takes the second's layers", EXPORT),
 )
 
 

@@ -141,10 +141,13 @@ class Exporter(ABC):
     """Whether the launcher can train a hybrid model (`ModelSpec.layers`: Mamba-2 / gated
     DeltaNet layers); the others refuse it with the reason."""
 
-    def check(self, problem: Problem, layout: Layout) -> list[str]:
-        """Reasons this target cannot launch `layout` for `problem` (empty when it can)."""
+    def check(self, problem: Problem, layout: Layout, *, rules_passed: bool = False) -> list[str]:
+        """Reasons this target cannot launch `layout` for `problem` (empty when it can);
+        `rules_passed`: the caller has checked autoparallel's hard rules (`HARD_RULES`) on the
+        layout already, so only the target's own reasons are looked for."""
         job = Job.of(problem, as_launched(problem, layout))
-        reasons = common_reasons(job) + self.pipeline_reasons(job) + self.offload_reasons(job)
+        reasons = [] if rules_passed else common_reasons(job)
+        reasons += self.pipeline_reasons(job) + self.offload_reasons(job)
         if problem.model.layers is not None and not self.trains_hybrid:
             reasons.append(f"{self.name} cannot train a hybrid model: it builds transformer "
                            "blocks only (no Mamba-2 or gated DeltaNet layers); use --target "

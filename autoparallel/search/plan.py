@@ -259,11 +259,15 @@ def plan(
     survivors = ev.take(order)
     target_rejected = 0
     if target is not None:
-        from ..exporters import check, get_exporter
+        from ..exporters import check, get_exporter, launchable
+        from ..exporters._base import HARD_RULES
 
         get_exporter(target)  # unknown target: ExportError before any work
-        ok = np.array([not check(target, problem, survivors.table.row(i))
-                       for i in range(len(survivors))], dtype=bool)
+        if set(HARD_RULES) <= {r.name for r in rules}:
+            ok = launchable(target, problem, survivors.table)  # survivors pass the hard rules
+        else:
+            ok = np.array([not check(target, problem, survivors.table.row(i))
+                           for i in range(len(survivors))], dtype=bool)
         target_rejected = int(np.count_nonzero(~ok))
         survivors = survivors.take(np.flatnonzero(ok))
     tied = tied_group(survivors)  # bands costed for the rows that can tie, not for all
