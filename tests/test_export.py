@@ -315,15 +315,16 @@ def test_sbatch_options_refuse_what_sbatch_would_not_read_naming_the_option(opti
 @pytest.mark.parametrize("model, n, seq, gbs", [("llama3-70b", 64, 8192, 512),
                                                  ("qwen3-30b-a3b", 16, 4096, 512)])
 def test_launchable_agrees_with_checking_every_row(model, n, seq, gbs):
-    """`plan --target` looks for a target's reasons once per row distinct but for the micro-batch
-    (`exporters.NOT_IN_TARGET_LIMITS`): the verdicts equal `check` on each row, for every
-    target, on plan survivors (which pass the hard rules) with several micro-batches per layout."""
+    """`plan --target` looks for a target's reasons once per row distinct on the columns they
+    read (all but the target's `Exporter.ignores`): the verdicts equal `check` on each row, for
+    every target, on plan survivors (which pass the hard rules) with several micro-batches, CP
+    forms and expert degrees per layout."""
     from autoparallel.exporters import launchable
     from autoparallel.search.plan import plan
 
     p = make_problem(model, "h100", n, seq_len=seq, global_batch=gbs)
     t = plan(p).survivors.table
-    assert len(np.unique(t["mb"])) > 1
+    assert all(len(np.unique(t[c])) > 1 for c in ("mb", "cp", "cc", "dp"))
     rows = np.random.default_rng(3).choice(len(t), size=min(300, len(t)), replace=False)
     for target in EXPORTERS:
         ok = launchable(target, p, t)

@@ -101,21 +101,15 @@ def check(target: str, problem: Problem, layout: Layout, version: str | None = N
     return get_exporter(target, version).check(problem, layout)
 
 
-NOT_IN_TARGET_LIMITS = ("mb",)
-"""Layout columns no target's own reasons read (`Exporter.pipeline_reasons`, `offload_reasons`,
-`limits`): the micro-batch enters only the batch and interleaving rules, which are hard rules
-(`HARD_RULES`); tests/test_export.py checks it on sampled layouts."""
-
-
 def launchable(target: str, problem: Problem, table) -> np.ndarray:
     """Per row of `table` (a `LayoutTable` whose rows pass the hard rules, as `plan`'s survivors
-    do): whether `target` can launch it. The target's reasons are looked for once per row
-    distinct on the columns they read (`NOT_IN_TARGET_LIMITS` left out)."""
+    do): whether `target` can launch it. The target's own reasons are looked for once per row
+    distinct on the columns they read (all but the target's `Exporter.ignores`)."""
     from ..cost.distinct_rows import distinct_rows, spread
     from ..layouts import COLUMNS
 
     exporter = get_exporter(target)
-    found = distinct_rows(table, tuple(c for c in COLUMNS if c not in NOT_IN_TARGET_LIMITS))
+    found = distinct_rows(table, tuple(c for c in COLUMNS if c not in exporter.ignores))
     rows = found[0] if found is not None else np.arange(len(table))
     ok = np.array([not exporter.check(problem, table.row(int(i)), rules_passed=True)
                    for i in rows], dtype=bool)

@@ -137,6 +137,12 @@ class Exporter(ABC):
     """Whether the launcher file can offload optimizer state (`Layout.optimizer_offload`);
     `offload_reasons` adds the target's own conditions."""
 
+    ignores: ClassVar[tuple[str, ...]] = ("mb",)
+    """Layout-table columns (`layouts.COLUMNS`) the target's own reasons (`pipeline_reasons`,
+    `offload_reasons`, `limits`) do not read, so `exporters.launchable` decides rows that differ
+    only in them together; the micro-batch enters only the batch and interleaving rules, which
+    are hard rules (`HARD_RULES`). tests/test_export.py checks each target's declaration."""
+
     trains_hybrid: ClassVar[bool] = False
     """Whether the launcher can train a hybrid model (`ModelSpec.layers`: Mamba-2 / gated
     DeltaNet layers); the others refuse it with the reason."""

@@ -489,11 +489,17 @@ def megatron_limits(job: Job) -> list[str]:
     return reasons
 
 
+MEGATRON_IGNORES = ("mb", "dp", "cp", "cc", "cu", "ep", "etp")
+"""Columns `megatron_limits` and the base reasons do not read: Megatron-LM writes every data,
+context-parallel (form and group) and expert degree the hard rules allow."""
+
+
 class MegatronExporter(Exporter):
     """Megatron-LM `pretrain_gpt.py` under torchrun, one script run on every node."""
 
     name = "megatron"
     trains_hybrid = True
+    ignores = MEGATRON_IGNORES
     suffix = ".sh"
     uneven_splits = True
     partial_recompute = True

@@ -38,6 +38,7 @@ from ._base import Exporter, Job, comments, dp_bucket_params, recompute_of
 from .megatron import (
     CP_COMM_TYPE,
     CUDA_GRAPH_FLAGS,
+    MEGATRON_IGNORES,
     SHARDING,
     accounting,
     layout_string,
@@ -217,6 +218,7 @@ class MegatronBridgeExporter(Exporter):
     torchrun on every node."""
 
     name = "megatron-bridge"
+    ignores = MEGATRON_IGNORES
     trains_hybrid = True  # Megatron-Bridge builds hybrid models; none has a recipe here yet
     suffix = ".py"
     uneven_splits = True

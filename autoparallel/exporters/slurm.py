@@ -14,7 +14,8 @@ import re
 
 from ..errors import ExportError
 from ._base import Exporter, Job, comments
-from .megatron import RDZV_PORT, Raw, command_lines, environment, megatron_limits, notes
+from .megatron import (MEGATRON_IGNORES, RDZV_PORT, Raw, command_lines, environment,
+                       megatron_limits, notes)
 
 
 TIME = re.compile(r"^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}"
@@ -52,6 +53,7 @@ class SlurmExporter(Exporter):
     """sbatch script: N nodes x 1 task, srun torchrun ... pretrain_gpt.py."""
 
     name = "slurm"
+    ignores = MEGATRON_IGNORES
     trains_hybrid = True  # runs the Megatron-LM script (pretrain_mamba.py for a hybrid)
     suffix = ".sh"
     uneven_splits = True
