@@ -1,63 +1,32 @@
 """The megatron-bridge export target: a Python module that builds a Megatron-Bridge v0.6.0 library
 recipe and sets the plan's fields on its ConfigContainer.
 
-Here the module runs against stand-ins that record what it sets (the expected values are the
+Here the module runs against stand-ins that record what it sets (tests/launcher_checks.py) (the expected values are the
 layout's own numbers and Megatron-Bridge's names, written out below from its v0.6.0 sources, not
 read from the exporter); `test_real_launchers.py` runs it against Megatron-Core's real
 TransformerConfig, DDP and optimizer configs.
 """
 
 import re
-import sys
 import types
 
 import pytest
+from launcher_checks import bridge_module_values
 
 from autoparallel import Layout, make_problem
 from autoparallel.errors import ExportError
 from autoparallel.exporters import render, targets_for
 
 
-class Section:
-    """Records every field the module sets."""
-
-    def __init__(self, **values):
-        self.__dict__.update(values)
-
-
 def run_module(text: str, package: str, recipe: str):
-    """Execute the exported module with stand-in Megatron-Bridge modules; the config it built
-    and the named precision preset."""
-    cfg = Section(model=Section(), ddp=Section(), optimizer=Section(), train=Section(),
-                  dataset=Section(), checkpoint=Section(), mixed_precision=None, comm_overlap=None)
-    presets = []
-
-    def get_mixed_precision_config(name):
-        presets.append(name)
-        return Section(name=name)
-
-    mods = {"megatron": {}, "megatron.bridge": {}, "megatron.bridge.recipes": {},
-            f"megatron.bridge.recipes.{package}": {recipe: lambda: cfg},
-            "megatron.bridge.training": {},
-            "megatron.bridge.training.comm_overlap": {"CommOverlapConfig": Section},
-            "megatron.bridge.training.mixed_precision":
-                {"get_mixed_precision_config": get_mixed_precision_config}}
-    saved = {k: sys.modules.get(k) for k in mods}
-    try:
-        for name, attrs in mods.items():
-            m = types.ModuleType(name)
-            m.__dict__.update(attrs)
-            sys.modules[name] = m
-        scope: dict = {"__name__": "exported"}
-        exec(compile(text, "train_bridge.py", "exec"), scope)
-        assert scope["autoparallel_config"]() is cfg
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = v
-    return cfg, presets
+    """The exported module run with stand-in Megatron-Bridge modules (`launcher_checks`): the
+    config sections it set (attributes) and the named precision preset."""
+    assert f"from megatron.bridge.recipes.{package} import {recipe}" in text
+    sections, imported, preset, overlap = bridge_module_values(text)
+    assert imported == recipe
+    cfg = types.SimpleNamespace(**{k: types.SimpleNamespace(**v) for k, v in sections.items()},
+                                comm_overlap=types.SimpleNamespace(**overlap))
+    return cfg, [preset]
 
 
 def test_dense_interleaved_fp8_layout_sets_every_planned_field():
