@@ -161,6 +161,26 @@ def moe_args(job: Job) -> list[list]:
     return lines
 
 
+def recompute_settings(job: Job) -> dict:
+    """The layout's recompute as Megatron-Core's `TransformerConfig` fields (Megatron-LM flags of
+    the same names): `selective` re-runs the named modules (core_attn by default); `full` of the
+    first N layers of each model chunk is method `block` with N layers, the rest keep their
+    activations; `full` of every layer is method `uniform` in groups of `recompute_group` (1)."""
+    lay, rc = job.layout, recompute_of(job)
+    out = dict.fromkeys(("recompute_granularity", "recompute_method", "recompute_num_layers",
+                         "recompute_modules"))
+    if rc == Recompute.SELECTIVE:
+        mods = [str(getattr(m, "value", m)) for m in (lay.recompute_modules or ["core_attn"])]
+        out |= {"recompute_granularity": "selective", "recompute_modules": mods}
+    elif rc == Recompute.FULL and lay.recompute_layers is not None:
+        out |= {"recompute_granularity": "full", "recompute_method": "block",
+                "recompute_num_layers": lay.recompute_layers}
+    elif rc == Recompute.FULL:
+        out |= {"recompute_granularity": "full", "recompute_method": "uniform",
+                "recompute_num_layers": lay.recompute_group or 1}
+    return out
+
+
 def parallel_args(job: Job) -> list[list]:
     """Parallelism, sharding, overlap, recompute and batch flags, one list per script line."""
     lay, tr = job.layout, job.problem.training
@@ -188,17 +208,14 @@ def parallel_args(job: Job) -> list[list]:
         lines.append(["--overlap-grad-reduce", "--overlap-param-gather"])
     else:
         lines.append(["--overlap-grad-reduce", "--ddp-bucket-size", dp_bucket_params(job)])
-    rc = recompute_of(job)
-    if rc == Recompute.SELECTIVE:
-        mods = [str(getattr(m, "value", m)) for m in (lay.recompute_modules or ["core_attn"])]
-        lines.append(["--recompute-granularity", "selective", "--recompute-modules", *mods])
-    elif rc == Recompute.FULL and lay.recompute_layers is not None:
-        # the first N layers of each model chunk, the rest keep their activations
-        lines.append(["--recompute-granularity", "full", "--recompute-method", "block",
-                      "--recompute-num-layers", lay.recompute_layers])
-    elif rc == Recompute.FULL:
-        lines.append(["--recompute-granularity", "full", "--recompute-method", "uniform",
-                      "--recompute-num-layers", lay.recompute_group or 1])
+    rc = recompute_settings(job)
+    if rc["recompute_granularity"] is not None:
+        words = []
+        for key, value in rc.items():
+            if value is not None:
+                words += ["--" + key.replace("_", "-"),
+                          *(value if isinstance(value, list) else [value])]
+        lines.append(words)
     if lay.offload_layers:
         # layer-level activation offload (TransformerConfig.cpu_offloading_num_layers; the
         # argument parser turns cpu_offloading on when it is > 0)

@@ -33,8 +33,7 @@ Field names: Megatron-Core 0.16.1 `TransformerConfig`, `DistributedDataParallelC
 
 from __future__ import annotations
 
-from ..specs.layout import Recompute
-from ._base import Exporter, Job, comments, dp_bucket_params, recompute_of
+from ._base import Exporter, Job, comments, dp_bucket_params
 from .megatron import (
     CP_COMM_TYPE,
     CUDA_GRAPH_FLAGS,
@@ -43,6 +42,7 @@ from .megatron import (
     accounting,
     layout_string,
     megatron_limits,
+    recompute_settings,
     shell_line,
     torchrun_words,
 )
@@ -97,22 +97,22 @@ def split_fields(job: Job) -> dict:
     lay = job.layout
     sl = lay.stage_layers
     out = {"pipeline_model_parallel_size": lay.pp,
-               "virtual_pipeline_model_parallel_size": lay.vp if lay.vp > 1 else None,
-               "num_layers_in_first_pipeline_stage": None, "num_layers_in_last_pipeline_stage": None,
-               "account_for_embedding_in_pipeline_split": False,
-               "account_for_loss_in_pipeline_split": False, "pipeline_model_parallel_layout": None}
+           "virtual_pipeline_model_parallel_size": lay.vp if lay.vp > 1 else None,
+           "num_layers_in_first_pipeline_stage": None, "num_layers_in_last_pipeline_stage": None,
+           "account_for_embedding_in_pipeline_split": False,
+           "account_for_loss_in_pipeline_split": False, "pipeline_model_parallel_layout": None}
     if not sl:
         return out
     if all(x % lay.vp == 0 for x in sl):
         return out | {"num_layers_in_first_pipeline_stage": sl[0],
-                          "num_layers_in_last_pipeline_stage": sl[-1]}
+                      "num_layers_in_last_pipeline_stage": sl[-1]}
     counted = accounting(job.problem.model.n_layers, lay.pp, lay.vp, sl)
     if counted is not None:
         return out | {"account_for_embedding_in_pipeline_split": counted[0],
-                          "account_for_loss_in_pipeline_split": counted[1]}
+                      "account_for_loss_in_pipeline_split": counted[1]}
     # the layout string sets the virtual stages itself (TransformerConfig: vp must be None)
     return out | {"virtual_pipeline_model_parallel_size": None,
-                      "pipeline_model_parallel_layout": layout_string(sl, lay.vp)}
+                  "pipeline_model_parallel_layout": layout_string(sl, lay.vp)}
 
 
 def model_fields(job: Job) -> dict:
@@ -121,35 +121,23 @@ def model_fields(job: Job) -> dict:
     out = {"tensor_model_parallel_size": lay.tp, "sequence_parallel": bool(lay.sp)}
     out |= split_fields(job)
     out |= {"context_parallel_size": lay.cp,
-                "cp_comm_type": CP_COMM_TYPE[lay.cp_form.value] if lay.cp > 1 else "p2p",
-                "hierarchical_context_parallel_sizes": (
-                    [lay.cp_a2a, lay.cp // lay.cp_a2a] if lay.cp > 1 and lay.cp_a2a else None)}
+            "cp_comm_type": CP_COMM_TYPE[lay.cp_form.value] if lay.cp > 1 else "p2p",
+            "hierarchical_context_parallel_sizes": (
+                [lay.cp_a2a, lay.cp // lay.cp_a2a] if lay.cp > 1 and lay.cp_a2a else None)}
     if m.moe is not None:
         kind, backend = DISPATCHER[tr.moe_dispatcher]
+        capacity = tr.moe_routing == "capacity"
         out |= {"expert_model_parallel_size": lay.ep, "expert_tensor_parallel_size": lay.expert_tp,
-                    "moe_token_dispatcher_type": kind, "moe_flex_dispatcher_backend": backend,
-                    "moe_router_force_load_balancing": tr.moe_routing == "balanced",
-                    "moe_expert_capacity_factor": (tr.moe_capacity_factor
-                                                if tr.moe_routing == "capacity" else None),
-                    "moe_pad_expert_input_to_capacity": tr.moe_routing == "capacity"}
-    rc = recompute_of(job)
-    if rc == Recompute.SELECTIVE:
-        mods = [str(getattr(x, "value", x)) for x in (lay.recompute_modules or ["core_attn"])]
-        out |= {"recompute_granularity": "selective", "recompute_method": None,
-                    "recompute_num_layers": None, "recompute_modules": mods}
-    elif rc == Recompute.FULL:
-        block = lay.recompute_layers is not None
-        out |= {"recompute_granularity": "full", "recompute_method": "block" if block else "uniform",
-                    "recompute_num_layers": lay.recompute_layers if block else
-                    (lay.recompute_group or 1), "recompute_modules": None}
-    else:
-        out |= {"recompute_granularity": None, "recompute_method": None, "recompute_num_layers": None,
-                    "recompute_modules": None}
+                "moe_token_dispatcher_type": kind, "moe_flex_dispatcher_backend": backend,
+                "moe_router_force_load_balancing": tr.moe_routing == "balanced",
+                "moe_expert_capacity_factor": tr.moe_capacity_factor if capacity else None,
+                "moe_pad_expert_input_to_capacity": capacity}
+    out |= recompute_settings(job)
+    mods = tr.offload_modules
     out |= {"cpu_offloading": bool(lay.offload_layers),
-                "cpu_offloading_num_layers": lay.offload_layers or 0,
-                "fine_grained_activation_offloading": tr.offload_modules != "none",
-                "offload_modules": tr.offload_modules.split("+") if tr.offload_modules != "none"
-                else None}
+            "cpu_offloading_num_layers": lay.offload_layers or 0,
+            "fine_grained_activation_offloading": mods != "none",
+            "offload_modules": mods.split("+") if mods != "none" else None}
     if tr.cuda_graphs == "none":
         out["cuda_graph_impl"] = "none"  # the recipe's scope is then unused
     else:
@@ -166,8 +154,8 @@ def container_fields(job: Job) -> dict[str, dict]:
     lay, tr = job.layout, job.problem.training
     sharded = lay.zero in SHARDING
     ddp = {"use_distributed_optimizer": lay.zero == 1, "overlap_grad_reduce": True,
-               "overlap_param_gather": lay.zero >= 1, "bucket_size": dp_bucket_params(job),
-               "use_megatron_fsdp": sharded, "grad_reduce_in_fp32": tr.grad_dtype == "fp32"}
+           "overlap_param_gather": lay.zero >= 1, "bucket_size": dp_bucket_params(job),
+           "use_megatron_fsdp": sharded, "grad_reduce_in_fp32": tr.grad_dtype == "fp32"}
     if sharded:
         ddp["data_parallel_sharding_strategy"] = SHARDING[lay.zero]
     low = tr.precision not in ("bf16", "fp16")
@@ -178,9 +166,9 @@ def container_fields(job: Job) -> dict[str, dict]:
         key = "fp4_param_gather" if tr.precision == "nvfp4" else "fp8_param_gather"
         mp[key] = bool(tr.fp8_param_gather)
     opt = {"use_distributed_optimizer": lay.zero == 1,
-               "optimizer_cpu_offload": bool(lay.optimizer_offload),
-               "optimizer_offload_fraction": float(lay.optimizer_offload or 1.0),
-               "use_precision_aware_optimizer": bool(lay.optimizer_offload)}
+           "optimizer_cpu_offload": bool(lay.optimizer_offload),
+           "optimizer_offload_fraction": float(lay.optimizer_offload or 1.0),
+           "use_precision_aware_optimizer": bool(lay.optimizer_offload)}
     out = {"train": {"micro_batch_size": lay.micro_batch, "global_batch_size": tr.global_batch},
            "dataset": {"seq_length": tr.seq_len}, "ddp": ddp, "optimizer": opt,
            "mixed_precision": mp}
@@ -194,9 +182,9 @@ def comm_overlap_args(job: Job) -> dict:
     all-to-all overlap with delayed weight gradients, and the data-parallel overlap."""
     lay, tr = job.layout, job.problem.training
     return {"tp_comm_overlap": bool(lay.sp and tr.tp_comm_overlap),
-                "overlap_moe_expert_parallel_comm": bool(tr.moe_a2a_overlap),
-                "delay_wgrad_compute": bool(tr.moe_a2a_overlap), "overlap_grad_reduce": True,
-                "overlap_param_gather": lay.zero >= 1, "bucket_size": dp_bucket_params(job)}
+            "overlap_moe_expert_parallel_comm": bool(tr.moe_a2a_overlap),
+            "delay_wgrad_compute": bool(tr.moe_a2a_overlap), "overlap_grad_reduce": True,
+            "overlap_param_gather": lay.zero >= 1, "bucket_size": dp_bucket_params(job)}
 
 
 def bridge_limits(job: Job) -> list[str]:
