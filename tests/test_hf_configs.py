@@ -265,10 +265,12 @@ def test_llama4_maverick_interleaves_dense_and_moe_layers():
 ])
 def test_moe_presets_agree_with_their_published_configs(preset, fixture):
     """Each MoE preset is the published config.json, field for field where the cost model reads
-    them: the same layer kinds, parameter counts, MTP modules and routing groups."""
+    them: the same layer kinds, parameter counts, MTP modules, routing groups, YaRN
+    concentration and expert biases (gpt-oss: 1.347 and biased; the others 1 and none)."""
     a, b = build_arch(load_model(preset)), build_arch(_load(fixture))
     for field in ("n_params", "n_params_active", "n_dense_layers", "n_moe_layers", "n_mtp",
-                  "n_groups", "topk_groups", "window", "n_window_layers"):
+                  "n_groups", "topk_groups", "window", "n_window_layers", "rope_concentration",
+                  "expert_bias"):
         assert getattr(a, field) == pytest.approx(getattr(b, field), rel=1e-12), field
 
 

@@ -104,6 +104,10 @@ class Arch:
     """Residual blocks per layer: 2 for a transformer layer (attention, MLP), 1 for a hybrid
     model's single-block layer. Sets the TP collective pairs of the s b h activation per layer
     and the linear-layer inputs a low-precision stack saves quantised (QKV and FC1 inputs)."""
+    rope_concentration: float = 1.0
+    """YaRN concentration factor on RoPE's cos and sin (`YarnSpec.concentration`; 1: none)."""
+    expert_bias: bool = False
+    """Whether the routed experts' linears carry biases (`ModelSpec.linear_bias` true, MoE)."""
     hybrid: object | None = None
     """`cost.layer_types.HybridArch` for a model given as a pattern of layer types; None for a
     transformer (every figure below then comes from the fields above, unchanged)."""
@@ -337,6 +341,8 @@ def transformer_arch(model: ModelSpec) -> Arch:
         gemm_share=gemm_share,
         tied=bool(model.tied_embeddings and not uniform),
         attention_flops=attention_flops,
+        rope_concentration=model.yarn.concentration if model.yarn is not None else 1.0,
+        expert_bias=bool(moe is not None and model.linear_bias),
         act_attn_rep=float(act_attn_rep),
         act_attn_qo=float(act_attn_qo),
         act_attn_kv=float(act_attn_kv),

@@ -35,6 +35,7 @@ from .offload import (activation_offload_time, module_offload_bytes, moe_recompu
                       offloaded_layers, optimizer_offload_time, selective_recompute_time)
 from .pick import pick
 from .stages import micro_batches, stages
+from .unfused_paths import unfused_seconds
 
 TIME_ITEMS = (
     "compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble",
@@ -98,10 +99,12 @@ def _layer_forward(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
     micro-batch, one GPU: the attention block plus a dense MLP, or the MoE block
     (`cost.moe_layer.moe_ffn`; router, experts, shared experts, router scores)."""
     gemm, attn, _ = _attention_forward(problem, arch, t)
+    code = unfused_seconds(problem, arch, t, moe)[0]
     if not moe:
-        return gemm + _dense_mlp_forward(problem, arch, t), attn, _elementwise(problem, arch, t, False)
+        return (gemm + _dense_mlp_forward(problem, arch, t), attn,
+                _elementwise(problem, arch, t, False) + code)
     ffn = moe_ffn(problem, arch, t, np.zeros(len(t)))
-    return gemm + ffn.gemm, attn, _elementwise(problem, arch, t, True) + ffn.elem
+    return gemm + ffn.gemm, attn, _elementwise(problem, arch, t, True) + ffn.elem + code
 
 
 def tp_pair(problem: Problem, t: LayoutTable, grp, arch: Arch) -> np.ndarray:
@@ -137,12 +140,15 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups,
     # and the core attention's backward
     # TP pairs: one per residual block (`Arch.blocks`: 2 in a transformer layer, 1 in a hybrid
     # model's single-block layer, whose MoE layer has no attention block)
+    # and the unfused code paths' forward and backward seconds (`cost.unfused_paths`)
     kinds = {"dense": (attn_gemm + _dense_mlp_forward(problem, arch, t), attn,
-                       _elementwise(problem, arch, t, False), arch.blocks * pair, attn_bwd)}
+                       _elementwise(problem, arch, t, False), arch.blocks * pair, attn_bwd,
+                       *unfused_seconds(problem, arch, t, False))}
     if arch.n_moe_layers:  # the MoE feed-forward block (`cost.moe_layer`, `cost.moe_dispatch`)
         ffn = moe_ffn(problem, arch, t, pair)
         kinds["moe"] = (attn_gemm + ffn.gemm, attn, _elementwise(problem, arch, t, True) + ffn.elem,
-                        (arch.blocks - 1.0) * pair + ffn.tp, attn_bwd)
+                        (arch.blocks - 1.0) * pair + ffn.tp, attn_bwd,
+                        *unfused_seconds(problem, arch, t, True))
         dispatch = dispatch_time(problem, arch, t, groups)
     else:
         kinds["moe"] = kinds["dense"]
@@ -200,9 +206,9 @@ def stage_times(problem: Problem, arch: Arch, t: LayoutTable, groups,
         if offload:
             n_off = dict(zip(("dense", "moe"), offloaded_layers(t, st.n_dense, st.n_moe)))
         for kind, n in (("dense", st.n_dense), ("moe", st.n_moe)):
-            gemm, attn_k, elem, tp_fwd, attn_b = kinds[kind]
-            fwd = gemm + attn_k + elem
-            bwd = 2.0 * gemm + attn_b + 2.0 * elem
+            gemm, attn_k, elem, tp_fwd, attn_b, code_f, code_b = kinds[kind]
+            fwd = gemm + attn_k + elem + code_f
+            bwd = 2.0 * gemm + attn_b + 2.0 * elem + code_b
             parts[kind] = dict(
                 fwd=n * fwd,
                 bwd=n * bwd,

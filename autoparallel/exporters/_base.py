@@ -239,7 +239,8 @@ class Architecture:
     every preset and Hugging Face config autoparallel reads: gated-SiLU (SwiGLU) models are the
     Llama / Mistral / Qwen / DeepSeek family (RMSNorm, rotary positions, no linear biases; Llama
     paper, Touvron et al. 2023, arXiv 2302.13971 §2.2), GeLU models the GPT-2/3 family (LayerNorm,
-    learned absolute positions, biased linears; Radford et al. 2019, Brown et al. 2020 §2.1).
+    learned absolute positions, biased linears; Radford et al. 2019, Brown et al. 2020 §2.1),
+    unless the spec says otherwise (`ModelSpec.linear_bias`: gpt-oss is gated and biased).
     """
 
     norm: str
@@ -259,8 +260,9 @@ def architecture(job: Job) -> Architecture:
     m = job.problem.model
     gated = m.activation == "swiglu"
     rope = m.rope_theta if m.rope_theta is not None else (ROPE_DEFAULT_BASE if gated else None)
+    bias = m.linear_bias if m.linear_bias is not None else not gated  # ModelSpec.linear_bias
     return Architecture(norm="RMSNorm" if gated else "LayerNorm", rope_theta=rope,
-                        rope_assumed=gated and m.rope_theta is None, bias=not gated, gated=gated)
+                        rope_assumed=gated and m.rope_theta is None, bias=bias, gated=gated)
 
 
 def dp_bucket_params(job: Job) -> int:

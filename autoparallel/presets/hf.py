@@ -17,6 +17,8 @@ cards cited in `tests/data/hf/README.md`:
 - DeepSeek's multi-token-prediction modules (`num_nextn_predict_layers`) and group-limited
   routing (`n_group`, `topk_group`) are read;
 - sliding-window attention (`sliding_window`, `layer_types`, Gemma-2 alternation) is modelled;
+- YaRN `rope_scaling` (factor and DeepSeek's mscale terms) and gpt-oss's biased linears are read
+  (`ModelSpec.yarn`, `ModelSpec.linear_bias`);
   fields that change cost but are not modelled raise an `InputWarning`.
 
 Every size must be a positive integer; zero, negative, boolean or string values are errors
@@ -57,6 +59,9 @@ TIED_FAMILIES = frozenset({
     "starcoder2", "mpt", "codegen",
 })
 """Families whose config class ties input and output embeddings unless told otherwise."""
+BIASED_GATED_FAMILIES = frozenset({"gpt_oss"})
+"""Gated families whose linears carry biases: transformers' `GptOssAttention` (`attention_bias`)
+and `GptOssExperts` (`gate_up_proj_bias`, `down_proj_bias`, always present)."""
 UNTIED_FAMILIES = GATED_FAMILIES - TIED_FAMILIES | {"gpt_neox", "phi", "gptj"}
 _ALTERNATING = frozenset({"gemma2"})
 """Families whose even-indexed layers use the sliding window (transformers' Gemma-2)."""
@@ -236,6 +241,18 @@ def _moe(r: _Reader, family: str, n_layers: int, ffn: int) -> dict | None:
     return moe
 
 
+def _yarn(scaling) -> dict | None:
+    """`YarnSpec` keys of a YaRN `rope_scaling` (its `rope_type`, or the older `type`, "yarn"):
+    the factor and DeepSeek's two mscale terms where given; None for any other scaling."""
+    if not isinstance(scaling, dict):
+        return None
+    if str(scaling.get("rope_type") or scaling.get("type") or "").lower() != "yarn":
+        return None
+    out = {k: scaling[k] for k in ("factor", "mscale", "mscale_all_dim")
+           if isinstance(scaling.get(k), (int, float)) and not isinstance(scaling.get(k), bool)}
+    return out if "factor" in out else None
+
+
 def _warn_ignored(r: _Reader, left_out: list[str]) -> None:
     cfg, src = r.cfg, r.source
     ignored = []
@@ -306,6 +323,11 @@ def hf_config_to_model_dict(cfg: dict, default_name: str | None, source: str) ->
     theta = cfg.get("rope_theta")
     if isinstance(theta, (int, float)) and not isinstance(theta, bool) and theta > 0:
         out["rope_theta"] = float(theta)  # exporters write it (Megatron --rotary-base)
+    yarn = _yarn(cfg.get("rope_scaling"))
+    if yarn:
+        out["yarn"] = yarn
+    if family in BIASED_GATED_FAMILIES:
+        out["linear_bias"] = True
     window, n_window = _sliding_layers(r, family, n_layers)
     if window:
         out["sliding_window"], out["n_sliding_layers"] = window, n_window

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
@@ -67,6 +68,30 @@ class MoESpec(Spec):
         return self.n_shared_experts * (self.shared_expert_ffn_hidden_size or self.expert_ffn_hidden_size)
 
 
+class YarnSpec(Spec):
+    """YaRN rotary scaling (HF `rope_scaling` with `rope_type` / `type` "yarn")."""
+
+    factor: PositiveFloat
+    """Context extension factor s (HF `factor`; gpt-oss 32, DeepSeek-V3 40, Kimi-K2 32)."""
+    mscale: PositiveFloat | None = None
+    """DeepSeek's `mscale` (None: not given)."""
+    mscale_all_dim: PositiveFloat | None = None
+    """DeepSeek's `mscale_all_dim` (None: not given)."""
+
+    @property
+    def concentration(self) -> float:
+        """The factor Megatron-Core multiplies RoPE's cos and sin by
+        (megatron/core/models/common/embeddings/yarn_rotary_pos_embedding.py
+        `_yarn_get_concentration_factor`): 0.1 ln(s) + 1 unless both DeepSeek terms are given,
+        then the ratio of 0.1 m ln(s) + 1 for m = `mscale` and m = `mscale_all_dim` (1 for
+        DeepSeek-V3 and Kimi-K2, whose two terms are equal; 1.347 for gpt-oss)."""
+        def term(m: float) -> float:
+            return 1.0 if self.factor <= 1 else 0.1 * m * math.log(self.factor) + 1.0
+        if self.mscale is None or self.mscale_all_dim is None:
+            return term(1.0)
+        return term(self.mscale) / term(self.mscale_all_dim)
+
+
 class MLASpec(Spec):
     """Multi-head latent attention (DeepSeek-V2/V3): low-rank query and key/value projections."""
 
@@ -112,6 +137,17 @@ class ModelSpec(Spec):
     rope_theta: PositiveFloat | None = None
     """Rotary position embedding base (HF `rope_theta`; Llama 3: 500000). None: not given, and
     exporters write the launcher's default for a RoPE model (10000). It does not change cost."""
+    yarn: YarnSpec | None = None
+    """YaRN rotary scaling (gpt-oss, DeepSeek-V3, Kimi-K2); None: plain RoPE. Where its
+    concentration is not 1 (gpt-oss), Transformer Engine's fused RoPE refuses it and
+    Megatron-Core runs the unfused path (`cost.unfused_paths`)."""
+    linear_bias: bool | None = None
+    """Whether the linear layers carry biases (gpt-oss: the attention projections and every
+    expert; Megatron `--add-bias-linear`). None: not stated; exporters then follow the family
+    (biases for the GeLU GPT-2/3 family, none for SwiGLU models) and the cost model assumes
+    none on the experts. Transformer Engine adds a dense linear's bias in its GEMM; the routed
+    experts' second bias, only where this is true, is added expert by expert
+    (`cost.unfused_paths`)."""
     sliding_window: PositiveInt | None = None
     """Attention window in tokens of the sliding-window layers (Mistral, Gemma-2, gpt-oss);
     None: every layer attends to the whole causal prefix."""

@@ -103,6 +103,22 @@ def _window_from_preset(row) -> tuple[int, int | None] | None:
     return None
 
 
+def _code_fields_from_preset(row) -> dict:
+    """`linear_bias` and `yarn` of the packaged preset with the row's shape and experts, which
+    no column of the table carries (gpt-oss: biased linears and YaRN factor 32, its HF
+    config.json); {} when no such preset sets them."""
+    experts = _int(row, "moe_experts") or 0
+    for spec in _presets_shaped_like(row, tuple(SHAPE_FIELDS)):
+        if (spec.moe.n_experts if spec.moe else 0) != experts:
+            continue
+        out = {"linear_bias": spec.linear_bias} if spec.linear_bias is not None else {}
+        if spec.yarn is not None:
+            out["yarn"] = spec.yarn.model_dump()
+        if out:
+            return out
+    return {}
+
+
 def _head_dim_from_preset(row) -> int | None:
     """The head width of a row whose notes give none: that of the packaged preset with the same
     layers, hidden size, heads, KV heads and vocabulary, else None (the caller uses it where it
@@ -222,6 +238,10 @@ def model_from_row(row) -> tuple[ModelSpec, list[str]]:
         spec["sliding_window"], spec["n_sliding_layers"] = window
         assumptions.append(f"sliding window {window[0]} on {window[1] or 'every'} layers from "
                            "the preset of the same shape")
+    code = _code_fields_from_preset(row)
+    if code:
+        spec |= code
+        assumptions.append(f"{' and '.join(sorted(code))} from the preset of the same shape")
     experts, topk = _int(row, "moe_experts"), _int(row, "moe_topk")
     f_e, f = _int(row, "moe_expert_ffn"), _int(row, "ffn_hidden")
     m = re.search(r"(\d+) experts,? top-?k? ?(\d+)", f"{name} {text}", re.I)
