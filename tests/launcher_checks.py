@@ -173,6 +173,12 @@ def megatron_parser() -> _Parser:
     a("--position-embedding-type", default="learned_absolute",
       choices=["learned_absolute", "rope", "yarn", "mrope", "relative", "none"])
     a("--rotary-base", type=int, default=10000)
+    a("--rotary-scaling-factor", type=float, default=1.0)
+    a("--mscale", type=float, default=1.0)
+    a("--mscale-all-dim", type=float, default=0.0)
+    a("--window-size", type=lambda x: tuple(int(i) for i in x.strip("()").split(",")),
+      default=None)
+    a("--window-attn-skip-freq", default=None)
     a("--disable-bias-linear", action="store_false", dest="add_bias_linear")
     a("--make-vocab-size-divisible-by", type=int, default=128)
     # gradient dtype and data-parallel buckets (mixed precision / distributed groups)

@@ -135,3 +135,50 @@ def test_megatron_export_writes_the_stacks_low_precision_parameters(stack, preci
     assert got["grad_dtype"] == ("bf16" if stack == "megatron-bridge" else "fp32")
     if flag:
         assert getattr(got["args"], flag) is True
+
+
+def _windowed(freq, n_layers: int) -> list[int]:
+    """Layers (1-based) Megatron-Core windows for a `--window-attn-skip-freq` value
+    (`is_layer_window_attention`: an int N windows layer_number % N != 0; a list string is the
+    per-layer pattern, 1 = windowed)."""
+    if freq is None:
+        return list(range(1, n_layers + 1))
+    if str(freq).isdigit():
+        return [i for i in range(1, n_layers + 1) if i % int(freq) != 0]
+    pattern = eval(str(freq), {"__builtins__": {}})  # the flag's list expression
+    return [i + 1 for i, w in enumerate(pattern) if w]
+
+
+def test_megatron_export_is_gpt_oss_window_yarn_and_biases():
+    """gpt-oss-120b (HF config.json): a 128-token window on the alternate 18 of 36 layers, the
+    first windowed (`layer_types[0]` "sliding_attention"), TE's window (127, 0) as Megatron-Bridge's
+    provider sets it; YaRN factor 32 at rotary base 150000; biased linears; and a note that the
+    sinks and the clamped GLU have no Megatron-LM argument."""
+    problem = make_problem("gpt-oss-120b", "h100", 64, seq_len=4096, global_batch=512)
+    layout = Layout(tp=1, pp=4, ep=8, zero=1, recompute="selective", micro_batch=1)
+    text = render("megatron", problem, layout)
+    g = megatron_script_layout(text)["args"]
+    assert g.window_size == (127, 0)
+    windowed = _windowed(g.window_attn_skip_freq, 36)
+    assert len(windowed) == 18 and windowed[:3] == [1, 3, 5]
+    assert g.position_embedding_type == "yarn" and g.rotary_base == 150000
+    assert g.rotary_scaling_factor == 32.0 and (g.mscale, g.mscale_all_dim) == (1.0, 0.0)
+    assert g.add_bias_linear and g.swiglu
+    assert "no attention sinks" in text and "--target megatron-bridge" in text
+
+
+@pytest.mark.parametrize("n_window,expect", [(None, 28), (10, 10)])
+def test_megatron_export_windows_every_layer_or_the_last_ones(n_window, expect):
+    """A window on every layer (Mistral) writes no skip pattern; a count that is neither all nor
+    half is written on the last layers (Qwen2's max_window_layers), with a note saying so."""
+    from autoparallel.presets import load_model
+
+    spec = load_model("llama3-8b").model_copy(update={
+        "n_layers": 28, "sliding_window": 4096, "n_sliding_layers": n_window})
+    problem = make_problem(spec, "h100", 8, seq_len=8192, global_batch=64)
+    text = render("megatron", problem, Layout(tp=1, pp=1, zero=1, micro_batch=1))
+    g = megatron_script_layout(text)["args"]
+    assert g.window_size == (4095, 0)
+    windowed = _windowed(g.window_attn_skip_freq, 28)
+    assert len(windowed) == expect and windowed[-1] == 28
+    assert ("edit --window-attn-skip-freq" in text) == (n_window == 10)

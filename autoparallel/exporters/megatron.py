@@ -307,6 +307,25 @@ def _number(x: float) -> int | float:
     return int(x) if float(x).is_integer() else x
 
 
+def window_args(m) -> list:
+    """Sliding-window attention as Megatron-LM takes it: `--window-size W-1,0` (Transformer
+    Engine's (left, right) window, the key itself counted: Megatron-Bridge's GPT-OSS provider sets
+    `(sliding_window - 1, 0)`) and, where only some layers use it, `--window-attn-skip-freq`:
+    2 when half of them do (the alternation of every family that has half, gpt-oss and Gemma-2,
+    the first layer windowed; Megatron-Core `is_layer_window_attention`: layer_number % 2 != 0
+    is windowed), else a list with the window on the last layers (Qwen2's
+    `max_window_layers`). [] without a window."""
+    if not m.sliding_window:
+        return []
+    out = ["--window-size", f"{m.sliding_window - 1},0"]
+    n, L = m.sliding_layers, m.n_layers
+    if n == L:
+        return out
+    if 2 * n == L:
+        return out + ["--window-attn-skip-freq", 2]
+    return out + ["--window-attn-skip-freq", f"([0]*{L - n}+[1]*{n})"]
+
+
 def model_args(job: Job) -> list[list]:
     """The model definition, one list per script line: shapes, attention (GQA or MLA),
     normalization, position embedding and rotary base, biases, MLP type, embeddings, vocabulary
@@ -329,7 +348,16 @@ def model_args(job: Job) -> list[list]:
     lines.append(attn)
     arch = architecture(job)
     kind = ["--normalization", "RMSNorm" if m.layers is not None else arch.norm]
-    if arch.rope_theta is not None:
+    if arch.rope_theta is not None and m.yarn is not None and m.mla is None:
+        # YaRN (gpt-oss): Megatron-LM's CLI takes the factor as --rotary-scaling-factor and
+        # DeepSeek's two terms as --mscale / --mscale-all-dim (defaults 1 and 0, which give the
+        # concentration of neither being set; argument_utils `_apply_yarn_config_from_args`); the
+        # original context 4096 and betas 32 / 1 are its defaults, gpt-oss's published values
+        kind += ["--position-embedding-type", "yarn", "--rotary-base", _number(arch.rope_theta),
+                 "--rotary-scaling-factor", _number(m.yarn.factor)]
+        if m.yarn.mscale is not None and m.yarn.mscale_all_dim is not None:
+            kind += ["--mscale", m.yarn.mscale, "--mscale-all-dim", m.yarn.mscale_all_dim]
+    elif arch.rope_theta is not None:
         kind += ["--position-embedding-type", "rope", "--rotary-base", _number(arch.rope_theta)]
     elif m.layers is not None:  # Nemotron-H: no position embedding (--position-embedding-type none)
         kind += ["--position-embedding-type", "none"]
@@ -338,6 +366,9 @@ def model_args(job: Job) -> list[list]:
     if not arch.bias:
         kind.append("--disable-bias-linear")
     lines.append(kind)
+    window = window_args(m)
+    if window:
+        lines.append(window)
     misc = ["--swiglu"] if arch.gated else []
     if not m.tied_embeddings:
         misc.append("--untie-embeddings-and-output-weights")
@@ -394,6 +425,15 @@ def notes(job: Job) -> list[str]:
     if vocab_divisor(m.vocab_size, lay.tp) is None:
         lines.append(f"Megatron pads the vocabulary {m.vocab_size} to a multiple of 128 x TP; "
                      "the plan counted it unpadded.")
+    if m.sliding_window and m.sliding_layers not in (m.n_layers, m.n_layers / 2):
+        lines.append(f"The spec says {m.sliding_layers} of {m.n_layers} layers use the "
+                     f"{m.sliding_window}-token window, not which: the last ones are written "
+                     "(Qwen2's max_window_layers); edit --window-attn-skip-freq if they differ.")
+    if m.yarn is not None and m.linear_bias:  # gpt-oss
+        lines.append("Megatron-LM's arguments have no attention sinks (softmax_type learnable) "
+                     "and no clamped, offset GLU (activation_func_clamp_value, glu_linear_offset): "
+                     "this script builds gpt-oss's shapes, not those; --target megatron-bridge "
+                     "builds the model itself.")
     return lines + [
         "Not written here: data, tokenizer (its vocabulary should be "
         f"{m.vocab_size}), optimizer and schedule; append those Megatron-LM arguments after "
