@@ -159,6 +159,24 @@ def test_megatron_model_shape_flags():
     assert g.group_query_attention and g.num_query_groups == 8 and g.num_experts is None
 
 
+def test_megatron_moe_layer_pattern_of_interleaved_models():
+    """Llama-4 Maverick (HF `interleave_moe_layer_step` 2: layer_idx + 1 divisible by 2 is MoE):
+    24 dense and 24 MoE layers alternating, dense first, as the cost model places them
+    (`Arch.n_moe_layers`); a made-up step 3 after 4 leading dense layers leaves the 2 layers after
+    the last whole group dense."""
+    problem = make_problem("llama4-maverick", "h100", 128, seq_len=8192, global_batch=512)
+    g = megatron_script_layout(render("megatron", problem, Layout(tp=8, ep=16, recompute="full")))["args"]
+    pattern = eval(g.moe_layer_freq, {"__builtins__": {}})
+    assert pattern == [0, 1] * 24 and sum(pattern) == build_arch(problem.model).n_moe_layers
+    spec = problem.model.model_copy(update={"moe": problem.model.moe.model_copy(
+        update={"layer_step": 3, "n_dense_layers": 4})})
+    odd = make_problem(spec, "h100", 128, seq_len=8192, global_batch=512)
+    g = megatron_script_layout(render("megatron", odd, Layout(tp=8, ep=16, recompute="full")))["args"]
+    pattern = eval(g.moe_layer_freq, {"__builtins__": {}})
+    assert pattern == [0] * 4 + [0, 0, 1] * 14 + [0] * 2
+    assert sum(pattern) == build_arch(odd.model).n_moe_layers == 14
+
+
 def test_megatron_refuses_fsdp_with_interleaving_and_moe():
     p = make_problem("llama3-70b", "h100", 64, seq_len=8192, global_batch=512)
     reasons = check("megatron", p, Layout(tp=8, pp=4, vp=5, zero=3))

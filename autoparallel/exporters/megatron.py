@@ -326,6 +326,23 @@ def window_args(m) -> list:
     return out + ["--window-attn-skip-freq", f"([0]*{L - n}+[1]*{n})"]
 
 
+def moe_layer_freq(m) -> str | None:
+    """`--moe-layer-freq` as a per-layer list expression (1 = MoE; Megatron-LM `moe_freq_type`
+    evaluates it and needs one entry per layer): the leading dense layers (DeepSeek
+    `first_k_dense_replace`), then every `layer_step`-th layer MoE, the last of each group
+    (Llama-4 `interleave_moe_layer_step`: layer_idx + 1 divisible by the step; `cost.arch`
+    places them alike), dense layers left over at the end; None when every layer is MoE."""
+    lead, step, L = m.moe.n_dense_layers, m.moe.layer_step, m.n_layers
+    if not lead and step == 1:
+        return None
+    groups, rest = divmod(L - lead, step)
+    parts = [f"[0]*{lead}"] if lead else []
+    parts.append(f"[1]*{groups}" if step == 1 else f"([0]*{step - 1}+[1])*{groups}")
+    if rest:
+        parts.append(f"[0]*{rest}")
+    return "(" + "+".join(parts) + ")"
+
+
 def model_args(job: Job) -> list[list]:
     """The model definition, one list per script line: shapes, attention (GQA or MLA),
     normalization, position embedding and rotary base, biases, MLP type, embeddings, vocabulary
@@ -387,9 +404,9 @@ def model_args(job: Job) -> list[list]:
         if m.moe.n_shared_experts:
             moe += ["--moe-shared-expert-intermediate-size",
                     m.moe.shared_ffn_total]
-        if m.moe.n_dense_layers:
-            k = m.moe.n_dense_layers
-            moe += ["--moe-layer-freq", f"([0]*{k}+[1]*{m.n_layers - k})"]
+        freq = moe_layer_freq(m)
+        if freq:
+            moe += ["--moe-layer-freq", freq]
         lines.append(moe)
     return lines
 
