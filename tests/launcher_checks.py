@@ -174,6 +174,7 @@ def megatron_parser() -> _Parser:
       choices=["learned_absolute", "rope", "yarn", "mrope", "relative", "none"])
     a("--rotary-base", type=int, default=10000)
     a("--rotary-scaling-factor", type=float, default=1.0)
+    a("--rope-type", choices=["rope", "yarn"], default=None)
     a("--mscale", type=float, default=1.0)
     a("--mscale-all-dim", type=float, default=0.0)
     a("--window-size", type=lambda x: tuple(int(i) for i in x.strip("()").split(",")),

@@ -151,6 +151,8 @@ def test_megatron_model_shape_flags():
     assert eval(g.moe_layer_freq, {"__builtins__": {}}) == [0] * 3 + [1] * 58
     assert g.multi_latent_attention and (g.q_lora_rank, g.kv_lora_rank) == (1536, 512)
     assert (g.qk_head_dim, g.qk_pos_emb_head_dim, g.v_head_dim) == (128, 64, 128)
+    # HF rope_scaling: YaRN factor 40, mscale = mscale_all_dim = 1 (MLA's own arguments)
+    assert (g.rope_type, g.rotary_scaling_factor, g.mscale, g.mscale_all_dim) == ("yarn", 40, 1, 1)
     assert g.moe_token_dispatcher_type == "alltoall" and g.swiglu
     assert g.untie_embeddings_and_output_weights and g.attention_dropout == 0.0
 

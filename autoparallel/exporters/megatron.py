@@ -376,6 +376,10 @@ def model_args(job: Job) -> list[list]:
             kind += ["--mscale", m.yarn.mscale, "--mscale-all-dim", m.yarn.mscale_all_dim]
     elif arch.rope_theta is not None:
         kind += ["--position-embedding-type", "rope", "--rotary-base", _number(arch.rope_theta)]
+        if m.yarn is not None:  # MLA (DeepSeek-V3): its own YaRN arguments (Megatron-LM mla group)
+            kind += ["--rope-type", "yarn", "--rotary-scaling-factor", _number(m.yarn.factor)]
+            if m.yarn.mscale is not None and m.yarn.mscale_all_dim is not None:
+                kind += ["--mscale", m.yarn.mscale, "--mscale-all-dim", m.yarn.mscale_all_dim]
     elif m.layers is not None:  # Nemotron-H: no position embedding (--position-embedding-type none)
         kind += ["--position-embedding-type", "none"]
     else:
