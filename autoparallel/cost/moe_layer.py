@@ -108,11 +108,17 @@ def _fp32_gemm(problem: Problem, M, N, K) -> np.ndarray:
     return flops / (prof.gemm_efficiency * gpu.fp32_tflops * TFLOPS) + prof.gemm_overhead_us * US
 
 
+def routed_rows(problem: Problem, arch: Arch, t: LayoutTable) -> np.ndarray:
+    """X = etp k T_r x imbalance: the routed token copies the busiest rank's experts hold, after
+    the expert-TP all-gather (module docstring)."""
+    return t["etp"].astype(np.float64) * arch.top_k * routed_tokens(problem, t) * imbalance(problem)
+
+
 def expert_gemms(problem: Problem, arch: Arch, t: LayoutTable) -> np.ndarray:
     """Forward seconds of the routed experts' grouped GEMMs on one rank (module docstring)."""
     ep, etp = t["ep"].astype(np.float64), t["etp"].astype(np.float64)
     local = arch.n_experts / ep
-    X = etp * arch.top_k * routed_tokens(problem, t) * imbalance(problem)
+    X = routed_rows(problem, arch, t)
     M_e = X / local
     f = arch.expert_ffn / etp
     per_expert = 2.0 * problem.profile.grouped_gemm_expert_us * US * local

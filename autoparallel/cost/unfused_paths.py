@@ -39,8 +39,7 @@ from ..layouts import LayoutTable
 from ..specs.problem import Problem
 from .arch import Arch
 from .compute import memory_bound_time
-from .moe_dispatch import routed_tokens
-from .moe_layer import imbalance
+from .moe_layer import routed_rows
 
 ROPE_EXTRA_BYTES = (20.0, 16.0)
 """Unfused RoPE over TE's fused kernel, bytes per element of Q and K (forward, backward)."""
@@ -68,10 +67,8 @@ def unfused_seconds(problem: Problem, arch: Arch, t: LayoutTable, moe: bool):
         elements = tokens * widths
         fwd = fwd + memory_bound_time(problem, ROPE_EXTRA_BYTES[0] * elements)
         bwd = bwd + memory_bound_time(problem, ROPE_EXTRA_BYTES[1] * elements)
-    if moe and arch.expert_bias:
-        # the routed rows the busiest rank holds, as its grouped GEMMs (`moe_layer.expert_gemms`)
-        X = t["etp"].astype(np.float64) * arch.top_k * routed_tokens(problem, t) * imbalance(problem)
-        elements = X * arch.hidden
+    if moe and arch.expert_bias:  # over the rows the grouped GEMMs multiply
+        elements = routed_rows(problem, arch, t) * arch.hidden
         fwd = fwd + memory_bound_time(problem, EXPERT_BIAS_BYTES[0] * elements)
         bwd = bwd + memory_bound_time(problem, EXPERT_BIAS_BYTES[1] * elements)
     return fwd, bwd

@@ -307,21 +307,45 @@ def _number(x: float) -> int | float:
     return int(x) if float(x).is_integer() else x
 
 
+def yarn_args(m) -> list:
+    """YaRN beyond `--position-embedding-type yarn`: the factor (`--rotary-scaling-factor`) and
+    DeepSeek's two terms (`--mscale`, `--mscale-all-dim`; Megatron-LM's defaults 1 and 0 give the
+    concentration of neither being given, argument_utils `_apply_yarn_config_from_args`); an MLA
+    model takes them with `--rope-type yarn` (Megatron-LM's mla group). The original context
+    (4096) and betas (32, 1) are Megatron-LM's defaults, gpt-oss's and DeepSeek-V3's published
+    values. [] without YaRN."""
+    y = m.yarn
+    if y is None:
+        return []
+    out = (["--rope-type", "yarn"] if m.mla is not None else []) + [
+        "--rotary-scaling-factor", _number(y.factor)]
+    if y.mscale is not None and y.mscale_all_dim is not None:
+        out += ["--mscale", y.mscale, "--mscale-all-dim", y.mscale_all_dim]
+    return out
+
+
+def window_pattern(m) -> str:
+    """Which layers use the sliding window: `all`, `alternate` (half of them: every family that
+    has half alternates, gpt-oss and Gemma-2, the first layer windowed) or `last` (any other
+    count: Qwen2's `max_window_layers`, the window from that layer on)."""
+    n, L = m.sliding_layers, m.n_layers
+    return "all" if n == L else "alternate" if 2 * n == L else "last"
+
+
 def window_args(m) -> list:
     """Sliding-window attention as Megatron-LM takes it: `--window-size W-1,0` (Transformer
     Engine's (left, right) window, the key itself counted: Megatron-Bridge's GPT-OSS provider sets
-    `(sliding_window - 1, 0)`) and, where only some layers use it, `--window-attn-skip-freq`:
-    2 when half of them do (the alternation of every family that has half, gpt-oss and Gemma-2,
-    the first layer windowed; Megatron-Core `is_layer_window_attention`: layer_number % 2 != 0
-    is windowed), else a list with the window on the last layers (Qwen2's
-    `max_window_layers`). [] without a window."""
+    `(sliding_window - 1, 0)`) and, where only some layers use it (`window_pattern`),
+    `--window-attn-skip-freq`: 2 for the alternation (Megatron-Core `is_layer_window_attention`:
+    layer_number % 2 != 0 is windowed), else a list with the window on the last layers.
+    [] without a window."""
     if not m.sliding_window:
         return []
     out = ["--window-size", f"{m.sliding_window - 1},0"]
-    n, L = m.sliding_layers, m.n_layers
-    if n == L:
+    n, L, pattern = m.sliding_layers, m.n_layers, window_pattern(m)
+    if pattern == "all":
         return out
-    if 2 * n == L:
+    if pattern == "alternate":
         return out + ["--window-attn-skip-freq", 2]
     return out + ["--window-attn-skip-freq", f"([0]*{L - n}+[1]*{n})"]
 
@@ -365,21 +389,9 @@ def model_args(job: Job) -> list[list]:
     lines.append(attn)
     arch = architecture(job)
     kind = ["--normalization", "RMSNorm" if m.layers is not None else arch.norm]
-    if arch.rope_theta is not None and m.yarn is not None and m.mla is None:
-        # YaRN (gpt-oss): Megatron-LM's CLI takes the factor as --rotary-scaling-factor and
-        # DeepSeek's two terms as --mscale / --mscale-all-dim (defaults 1 and 0, which give the
-        # concentration of neither being set; argument_utils `_apply_yarn_config_from_args`); the
-        # original context 4096 and betas 32 / 1 are its defaults, gpt-oss's published values
-        kind += ["--position-embedding-type", "yarn", "--rotary-base", _number(arch.rope_theta),
-                 "--rotary-scaling-factor", _number(m.yarn.factor)]
-        if m.yarn.mscale is not None and m.yarn.mscale_all_dim is not None:
-            kind += ["--mscale", m.yarn.mscale, "--mscale-all-dim", m.yarn.mscale_all_dim]
-    elif arch.rope_theta is not None:
-        kind += ["--position-embedding-type", "rope", "--rotary-base", _number(arch.rope_theta)]
-        if m.yarn is not None:  # MLA (DeepSeek-V3): its own YaRN arguments (Megatron-LM mla group)
-            kind += ["--rope-type", "yarn", "--rotary-scaling-factor", _number(m.yarn.factor)]
-            if m.yarn.mscale is not None and m.yarn.mscale_all_dim is not None:
-                kind += ["--mscale", m.yarn.mscale, "--mscale-all-dim", m.yarn.mscale_all_dim]
+    if arch.rope_theta is not None:
+        pe = "yarn" if m.yarn is not None and m.mla is None else "rope"
+        kind += ["--position-embedding-type", pe, "--rotary-base", _number(arch.rope_theta)]
     elif m.layers is not None:  # Nemotron-H: no position embedding (--position-embedding-type none)
         kind += ["--position-embedding-type", "none"]
     else:
@@ -387,9 +399,7 @@ def model_args(job: Job) -> list[list]:
     if not arch.bias:
         kind.append("--disable-bias-linear")
     lines.append(kind)
-    window = window_args(m)
-    if window:
-        lines.append(window)
+    lines += [extra for extra in (yarn_args(m), window_args(m)) if extra]
     misc = ["--swiglu"] if arch.gated else []
     if not m.tied_embeddings:
         misc.append("--untie-embeddings-and-output-weights")
@@ -446,11 +456,13 @@ def notes(job: Job) -> list[str]:
     if vocab_divisor(m.vocab_size, lay.tp) is None:
         lines.append(f"Megatron pads the vocabulary {m.vocab_size} to a multiple of 128 x TP; "
                      "the plan counted it unpadded.")
-    if m.sliding_window and m.sliding_layers not in (m.n_layers, m.n_layers / 2):
+    if m.sliding_window and window_pattern(m) == "last":
         lines.append(f"The spec says {m.sliding_layers} of {m.n_layers} layers use the "
                      f"{m.sliding_window}-token window, not which: the last ones are written "
                      "(Qwen2's max_window_layers); edit --window-attn-skip-freq if they differ.")
-    if m.yarn is not None and m.linear_bias:  # gpt-oss
+    # gpt-oss, the one model with YaRN and biased linears; its sinks and clamped GLU are not
+    # ModelSpec fields, so this is the only way to know them
+    if m.yarn is not None and m.linear_bias:
         lines.append("Megatron-LM's arguments have no attention sinks (softmax_type learnable) "
                      "and no clamped, offset GLU (activation_func_clamp_value, glu_linear_offset): "
                      "this script builds gpt-oss's shapes, not those; --target megatron-bridge "

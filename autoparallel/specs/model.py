@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+from pydantic import (Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt,
+                      model_validator)
 
 from ._base import Spec
 from .layer_pattern import GatedDeltaNetSpec, LayerPatternError, MambaSpec, expand_repeats, parse_pattern
@@ -73,10 +74,10 @@ class YarnSpec(Spec):
 
     factor: PositiveFloat
     """Context extension factor s (HF `factor`; gpt-oss 32, DeepSeek-V3 40, Kimi-K2 32)."""
-    mscale: PositiveFloat | None = None
-    """DeepSeek's `mscale` (None: not given)."""
-    mscale_all_dim: PositiveFloat | None = None
-    """DeepSeek's `mscale_all_dim` (None: not given)."""
+    mscale: NonNegativeFloat | None = None
+    """DeepSeek's `mscale` (None: not given; 0 makes its term 1)."""
+    mscale_all_dim: NonNegativeFloat | None = None
+    """DeepSeek's `mscale_all_dim` (None: not given; 0 makes its term 1)."""
 
     @property
     def concentration(self) -> float:

@@ -91,26 +91,29 @@ def _mla_from_preset(row) -> tuple[dict, dict, int] | None:
     return None
 
 
-def _window_from_preset(row) -> tuple[int, int | None] | None:
-    """(sliding window, layers that use it) of the packaged preset with the row's shape (layers,
-    hidden size, heads, KV heads, vocabulary) and experts, which no column of the table carries
-    (gpt-oss: a 128-token window on the alternate half of the layers, its HF config.json
-    `sliding_window` and `layer_types`); None when no such preset has a window."""
+def _twins(row):
+    """The packaged presets with the row's shape (layers, hidden size, heads, KV heads,
+    vocabulary) and expert count."""
     experts = _int(row, "moe_experts") or 0
-    for spec in _presets_shaped_like(row, tuple(SHAPE_FIELDS)):
-        if spec.sliding_window and (spec.moe.n_experts if spec.moe else 0) == experts:
+    return (spec for spec in _presets_shaped_like(row, tuple(SHAPE_FIELDS))
+            if (spec.moe.n_experts if spec.moe else 0) == experts)
+
+
+def _window_from_preset(row) -> tuple[int, int | None] | None:
+    """(sliding window, layers that use it) of the preset of the row's shape (`_twins`), which no
+    column of the table carries (gpt-oss: a 128-token window on the alternate half of the layers,
+    its HF config.json `sliding_window` and `layer_types`); None when no such preset has one."""
+    for spec in _twins(row):
+        if spec.sliding_window:
             return spec.sliding_window, spec.n_sliding_layers
     return None
 
 
 def _code_fields_from_preset(row) -> dict:
-    """`linear_bias` and `yarn` of the packaged preset with the row's shape and experts, which
-    no column of the table carries (gpt-oss: biased linears and YaRN factor 32, its HF
-    config.json); {} when no such preset sets them."""
-    experts = _int(row, "moe_experts") or 0
-    for spec in _presets_shaped_like(row, tuple(SHAPE_FIELDS)):
-        if (spec.moe.n_experts if spec.moe else 0) != experts:
-            continue
+    """`linear_bias` and `yarn` of the preset of the row's shape (`_twins`), which no column of
+    the table carries (gpt-oss: biased linears and YaRN factor 32, its HF config.json); {} when
+    no such preset sets them."""
+    for spec in _twins(row):
         out = {"linear_bias": spec.linear_bias} if spec.linear_bias is not None else {}
         if spec.yarn is not None:
             out["yarn"] = spec.yarn.model_dump()
